@@ -1,0 +1,268 @@
+//! Typed settings read once at start.
+//!
+//! A bad value fails the cold start with a message that names the variable, instead of a
+//! request failing later with something vague. Settings are read through [`Env`] so tests can
+//! hand in a map instead of mutating the process environment (which races between parallel tests).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use secrecy::SecretString;
+
+use crate::client_addr::ClientIpSource;
+use crate::ratelimit::RateLimits;
+
+/// A setting that could not be used. Display names the variable; it is shown to operators at
+/// start, never to API clients.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration variable {var}: {reason}")]
+pub struct ConfigError {
+    /// The environment variable at fault.
+    pub var: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ConfigError {
+    pub fn new(var: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            var: var.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A snapshot of environment variables.
+#[derive(Debug, Clone, Default)]
+pub struct Env(HashMap<String, String>);
+
+impl Env {
+    /// The process environment.
+    pub fn from_process() -> Self {
+        Self(std::env::vars().collect())
+    }
+
+    /// A fixed set of variables (tests, CLI).
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Self(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+
+    /// Adds or replaces a variable.
+    pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
+        self.0.insert(key.into(), value.into());
+        self
+    }
+
+    /// The variable's value; empty counts as unset.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.trim().is_empty())
+    }
+
+    /// Parses a variable, or returns `default` when it is unset.
+    pub fn parse_or<T>(&self, key: &str, default: T) -> Result<T, ConfigError>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+    {
+        match self.get(key) {
+            None => Ok(default),
+            Some(raw) => raw
+                .trim()
+                .parse()
+                .map_err(|e: T::Err| ConfigError::new(key, format!("{e} (got {raw:?})"))),
+        }
+    }
+
+    /// A whole number of seconds, at least `min`.
+    pub fn seconds_or(&self, key: &str, default: u64, min: u64) -> Result<Duration, ConfigError> {
+        let secs: u64 = self.parse_or(key, default)?;
+        if secs < min {
+            return Err(ConfigError::new(
+                key,
+                format!("must be at least {min} seconds"),
+            ));
+        }
+        Ok(Duration::from_secs(secs))
+    }
+
+    /// A string setting with a default.
+    pub fn string_or(&self, key: &str, default: &str) -> String {
+        self.get(key).unwrap_or(default).trim().to_string()
+    }
+
+    /// Where a secret comes from: `<NAME>_PARAM` (an SSM parameter name) or, for local runs,
+    /// `<NAME>` holding the value itself. Setting both is ambiguous and refused.
+    pub fn secret_source(&self, name: &str) -> Result<Option<SecretSource>, ConfigError> {
+        let param_var = format!("{name}_PARAM");
+        match (self.get(&param_var), self.get(name)) {
+            (Some(_), Some(_)) => Err(ConfigError::new(
+                name,
+                format!("set either {param_var} (SSM parameter name) or {name} (value), not both"),
+            )),
+            (Some(param), None) => Ok(Some(SecretSource::Ssm {
+                name: param.trim().to_string(),
+            })),
+            (None, Some(value)) => Ok(Some(SecretSource::Value(SecretString::from(
+                value.to_string(),
+            )))),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// Where a secret's value lives.
+#[derive(Debug, Clone)]
+pub enum SecretSource {
+    /// An SSM Parameter Store parameter (SecureString, fetched with decryption).
+    Ssm { name: String },
+    /// The value itself, from a plain environment variable (local runs only).
+    Value(SecretString),
+}
+
+/// Settings every function shares: the guards in front of the handler.
+#[derive(Debug, Clone)]
+pub struct GuardSettings {
+    /// Logical function name: the kill-switch key and the rate-limit counter scope.
+    pub function: String,
+    pub client_ip_source: ClientIpSource,
+    pub rate_limits: RateLimits,
+    /// Longest time a kill-switch flip takes to apply.
+    pub kill_switch_cache: Duration,
+    pub secrets_ttl: Duration,
+    /// Pause after a failing secret store or upstream before it is asked again.
+    pub upstream_cooldown: Duration,
+    pub rate_limit_table: String,
+    pub control_table: String,
+    pub internal_token: Option<SecretSource>,
+    pub origin_verify_secret: Option<SecretSource>,
+    pub max_body_bytes: usize,
+    /// Prefix stripped before routing (`/api` behind CloudFront).
+    pub base_path: String,
+    /// Keys remembered as full, per process.
+    pub block_cache_capacity: usize,
+}
+
+/// Default rate-limit table name (matches `template.yaml`'s local name).
+pub const DEFAULT_RATE_LIMIT_TABLE: &str = "tollgate-rate-limits";
+/// Default control table name (kill switches).
+pub const DEFAULT_CONTROL_TABLE: &str = "tollgate-control";
+
+impl GuardSettings {
+    /// Reads the shared settings; `limits_var` names the function's own limits variable
+    /// (`SESSION_RATE_LIMITS`, `TRANSFER_RATE_LIMITS`) and `default_limits` its default.
+    pub fn from_env(
+        env: &Env,
+        function: &str,
+        limits_var: &str,
+        default_limits: &str,
+    ) -> Result<Self, ConfigError> {
+        let rate_limits = RateLimits::parse(env.get(limits_var).unwrap_or(default_limits))
+            .map_err(|e| ConfigError::new(limits_var, e.to_string()))?;
+        let client_ip_source: ClientIpSource =
+            env.parse_or("CLIENT_IP_SOURCE", ClientIpSource::Peer)?;
+        let origin_verify_secret = env.secret_source("ORIGIN_VERIFY_SECRET")?;
+        if client_ip_source == ClientIpSource::Cloudfront && origin_verify_secret.is_none() {
+            return Err(ConfigError::new(
+                "ORIGIN_VERIFY_SECRET_PARAM",
+                "CLIENT_IP_SOURCE=cloudfront needs the origin-verify secret (ORIGIN_VERIFY_SECRET_PARAM or ORIGIN_VERIFY_SECRET)",
+            ));
+        }
+        let base_path = env.string_or("BASE_PATH", "");
+        if !base_path.is_empty() && (!base_path.starts_with('/') || base_path.ends_with('/')) {
+            return Err(ConfigError::new(
+                "BASE_PATH",
+                "must start with '/' and not end with '/' (e.g. /api), or be empty",
+            ));
+        }
+        let max_body_bytes: usize = env.parse_or("MAX_BODY_BYTES", 16 * 1024)?;
+        if max_body_bytes == 0 {
+            return Err(ConfigError::new("MAX_BODY_BYTES", "must be greater than 0"));
+        }
+        let block_cache_capacity: usize = env.parse_or("RATE_LIMIT_BLOCK_CACHE_SIZE", 10_000)?;
+        Ok(Self {
+            function: function.to_string(),
+            client_ip_source,
+            rate_limits,
+            kill_switch_cache: env.seconds_or("KILL_SWITCH_CACHE_SECONDS", 5, 0)?,
+            secrets_ttl: env.seconds_or("SECRETS_TTL_SECONDS", 300, 0)?,
+            upstream_cooldown: env.seconds_or("UPSTREAM_COOLDOWN_SECONDS", 5, 1)?,
+            rate_limit_table: env.string_or("RATE_LIMIT_TABLE", DEFAULT_RATE_LIMIT_TABLE),
+            control_table: env.string_or("CONTROL_TABLE", DEFAULT_CONTROL_TABLE),
+            internal_token: env.secret_source("INTERNAL_TOKEN")?,
+            origin_verify_secret,
+            max_body_bytes,
+            base_path,
+            block_cache_capacity,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<GuardSettings, ConfigError> {
+        GuardSettings::from_env(
+            &Env::from_pairs(pairs.iter().copied()),
+            "transfer",
+            "TRANSFER_RATE_LIMITS",
+            "ip=300/1m,client=60/1m",
+        )
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.client_ip_source, ClientIpSource::Peer);
+        assert_eq!(s.kill_switch_cache, Duration::from_secs(5));
+        assert_eq!(s.secrets_ttl, Duration::from_secs(300));
+        assert_eq!(s.upstream_cooldown, Duration::from_secs(5));
+        assert_eq!(s.max_body_bytes, 16 * 1024);
+        assert_eq!(s.rate_limits.to_string(), "ip=300/1m,client=60/1m");
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        let err = settings(&[("TRANSFER_RATE_LIMITS", "ip=ten/1h")]).unwrap_err();
+        assert_eq!(err.var, "TRANSFER_RATE_LIMITS");
+        let err = settings(&[("CLIENT_IP_SOURCE", "xff")]).unwrap_err();
+        assert_eq!(err.var, "CLIENT_IP_SOURCE");
+        let err = settings(&[("UPSTREAM_COOLDOWN_SECONDS", "0")]).unwrap_err();
+        assert_eq!(err.var, "UPSTREAM_COOLDOWN_SECONDS");
+        let err = settings(&[("BASE_PATH", "api/")]).unwrap_err();
+        assert_eq!(err.var, "BASE_PATH");
+    }
+
+    #[test]
+    fn cloudfront_mode_requires_the_origin_secret() {
+        let err = settings(&[("CLIENT_IP_SOURCE", "cloudfront")]).unwrap_err();
+        assert_eq!(err.var, "ORIGIN_VERIFY_SECRET_PARAM");
+        assert!(settings(&[
+            ("CLIENT_IP_SOURCE", "cloudfront"),
+            ("ORIGIN_VERIFY_SECRET", "s")
+        ])
+        .is_ok());
+    }
+
+    #[test]
+    fn a_secret_comes_from_one_place_only() {
+        let env = Env::from_pairs([("INTERNAL_TOKEN_PARAM", "/p"), ("INTERNAL_TOKEN", "v")]);
+        assert!(env.secret_source("INTERNAL_TOKEN").is_err());
+        let env = Env::from_pairs([("INTERNAL_TOKEN_PARAM", "/p")]);
+        assert!(matches!(
+            env.secret_source("INTERNAL_TOKEN").unwrap(),
+            Some(SecretSource::Ssm { name }) if name == "/p"
+        ));
+    }
+}

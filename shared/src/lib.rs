@@ -1,0 +1,32 @@
+//! `tollgate`: the guards that stand in front of a public, pay-per-call API on AWS Lambda.
+//!
+//! Every module answers one of the incidents in the project's lessons:
+//!
+//! | module | guards against |
+//! |---|---|
+//! | [`ratelimit`] | a limit that never reopens (rejected requests increment nothing), limits keyed on unverified values, floods that cost a DynamoDB write each |
+//! | [`client_addr`] | spoofed `X-Forwarded-For`; one IPv6 host posing as 2^64 clients |
+//! | [`internal`] | our own services throttled by a per-address limit they share |
+//! | [`kill_switch`] | a bill that runs away faster than a deploy can stop it |
+//! | [`secrets`], [`cooldown`] | retry storms against a failing secret store or provider |
+//! | [`problem`] | error bodies that leak host names, parameter names or upstream messages |
+//!
+//! [`gate`] composes the guards in the order the contract fixes; the functions call it before
+//! doing any work of their own. Time comes from a [`clock::Clock`] so windows, TTLs and cooldowns
+//! are tested without sleeping.
+
+pub mod aws;
+pub mod client_addr;
+pub mod clock;
+pub mod config;
+pub mod cooldown;
+pub mod gate;
+pub mod http;
+pub mod internal;
+pub mod kill_switch;
+pub mod problem;
+pub mod ratelimit;
+pub mod secrets;
+pub mod telemetry;
+
+pub use problem::ApiError;

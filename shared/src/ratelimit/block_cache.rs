@@ -1,0 +1,134 @@
+//! Keys known to be full, remembered until their window ends.
+//!
+//! A flood against a full key would otherwise cost one (failing) conditional write per request.
+//! The cache is per process and bounded: it is pruned of ended windows whenever it is written,
+//! and at capacity the entry that reopens soonest makes room.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::clock::UnixMillis;
+
+use super::decision::Decision;
+
+/// A bounded map from counter key to the rejection that filled it.
+#[derive(Debug)]
+pub struct BlockCache {
+    capacity: usize,
+    entries: Mutex<HashMap<String, Decision>>,
+}
+
+impl BlockCache {
+    /// A cache holding at most `capacity` keys (0 disables it).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The rejection for `key` if its window has not ended yet.
+    pub fn get(&self, key: &str, now_ms: UnixMillis) -> Option<Decision> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(key)
+            .filter(|d| d.reset_at_ms > now_ms)
+            .map(|d| Decision {
+                now_ms,
+                remaining: 0,
+                ..*d
+            })
+    }
+
+    /// Remembers that `key` is full until `decision.reset_at_ms`.
+    pub fn insert(&self, key: String, decision: Decision) {
+        if self.capacity == 0 {
+            return;
+        }
+        let now_ms = decision.now_ms;
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= self.capacity && !entries.contains_key(&key) {
+            entries.retain(|_, d| d.reset_at_ms > now_ms);
+            if entries.len() >= self.capacity {
+                if let Some(soonest) = entries
+                    .iter()
+                    .min_by_key(|(_, d)| d.reset_at_ms)
+                    .map(|(k, _)| k.clone())
+                {
+                    entries.remove(&soonest);
+                }
+            }
+        }
+        entries.insert(key, decision);
+    }
+
+    /// Forgets `key` (after an operator reset).
+    pub fn remove(&self, key: &str) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// Number of keys held (ended windows included until the next prune).
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejection(reset_at_ms: u64, now_ms: u64) -> Decision {
+        Decision {
+            limit: "ip=1/1m".parse().unwrap(),
+            remaining: 0,
+            reset_at_ms,
+            now_ms,
+        }
+    }
+
+    #[test]
+    fn forgets_a_key_when_its_window_ends() {
+        let cache = BlockCache::new(10);
+        cache.insert("a".into(), rejection(60_000, 1_000));
+        assert!(cache.get("a", 59_999).is_some());
+        assert!(cache.get("a", 60_000).is_none());
+        assert!(cache.get("b", 1_000).is_none());
+    }
+
+    #[test]
+    fn never_grows_past_its_capacity() {
+        let cache = BlockCache::new(3);
+        for i in 0..100u64 {
+            cache.insert(format!("k{i}"), rejection(60_000 + i, 1_000));
+            assert!(cache.len() <= 3);
+        }
+        // The newest keys survive; the one reopening soonest made room.
+        assert!(cache.get("k99", 1_000).is_some());
+        assert!(cache.get("k0", 1_000).is_none());
+    }
+
+    #[test]
+    fn ended_windows_are_pruned_first() {
+        let cache = BlockCache::new(2);
+        cache.insert("old".into(), rejection(2_000, 1_000));
+        cache.insert("live".into(), rejection(90_000, 1_000));
+        cache.insert("new".into(), rejection(95_000, 5_000));
+        assert!(cache.get("live", 5_000).is_some());
+        assert!(cache.get("new", 5_000).is_some());
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn capacity_zero_disables_it() {
+        let cache = BlockCache::new(0);
+        cache.insert("a".into(), rejection(60_000, 1_000));
+        assert!(cache.get("a", 1_000).is_none());
+    }
+}

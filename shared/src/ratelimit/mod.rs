@@ -1,0 +1,25 @@
+//! Fixed-window rate limits counted in DynamoDB with limit-bounded conditional increments.
+//!
+//! The rule that keeps a limit from locking clients out forever (lesson 000): **a request that a
+//! layer rejects increments nothing**. The increment carries the limit in its condition
+//! (`attribute_not_exists(count) OR count < :limit`), so a counter stops at its limit however
+//! fast clients retry, and reopens when its window ends.
+//!
+//! How layers combine: they are checked in order `ip` → `client` → `global`, one `UpdateItem`
+//! each. When a layer rejects, the layers this request already incremented are given back (a
+//! conditional decrement that never goes below zero), so a 429 leaves every counter as it found
+//! it. A request that the limiter admits and that later fails for another reason (a bad token,
+//! bad input) stays counted: that is how failed authentications are limited (lesson 002).
+//!
+//! Keys known to be full are remembered in a bounded in-process [`BlockCache`] until their
+//! window ends, so a flood against a full key costs no DynamoDB request at all.
+
+mod block_cache;
+mod decision;
+mod limiter;
+mod spec;
+
+pub use block_cache::BlockCache;
+pub use decision::Decision;
+pub use limiter::{Admission, LimitCheck, LimiterError, RateLimiter, Usage, Verdict};
+pub use spec::{Layer, RateLimit, RateLimits, SpecError};

@@ -1,0 +1,220 @@
+//! Secrets from SSM Parameter Store, cached, with a pause after failures.
+//!
+//! - A value is cached for `SECRETS_TTL_SECONDS`; concurrent callers in one process wait for a
+//!   single fetch instead of each asking SSM.
+//! - When a refresh fails, the cached value keeps serving (and the failure is logged): a brief
+//!   SSM problem must not take the API down.
+//! - With no value at all the caller gets [`SecretError::Unavailable`] (503 + `Retry-After`) and
+//!   SSM is left alone until the cooldown ends (lesson 003: no retry storm).
+//! - Failures are classified. Throttling, 5xx, network and timeouts are temporary; a missing
+//!   parameter, denied access or a validation error will not heal by retrying and surface as
+//!   [`SecretError::Misconfigured`] (500), logged with the parameter name for the operator, and
+//!   cooled down too.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_ssm::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_ssm::operation::get_parameter::GetParameterError;
+use secrecy::SecretString;
+
+use crate::clock::{SharedClock, UnixMillis};
+use crate::config::SecretSource;
+use crate::cooldown::Cooldown;
+
+/// A secret could not be had. Display is for logs; responses come from [`crate::problem`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    /// The secret store is failing; try again after `retry_after` seconds.
+    #[error("secret store temporarily unavailable (retry in {retry_after}s)")]
+    Unavailable { retry_after: u64 },
+    /// The parameter is missing, not readable, or no SSM client is configured.
+    #[error("secret parameter cannot be read (configuration)")]
+    Misconfigured,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    Temporary,
+    Terminal,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    value: Option<SecretString>,
+    fetched_at_ms: UnixMillis,
+    last_failure: Option<Failure>,
+}
+
+/// Cached access to SSM parameters.
+#[derive(Debug)]
+pub struct SecretStore {
+    ssm: Option<aws_sdk_ssm::Client>,
+    clock: SharedClock,
+    ttl: Duration,
+    pause: Duration,
+    cooldown: Cooldown,
+    entries: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Entry>>>>,
+}
+
+impl SecretStore {
+    /// `ssm` may be `None` when every secret comes from plain variables (local runs).
+    pub fn new(
+        ssm: Option<aws_sdk_ssm::Client>,
+        clock: SharedClock,
+        ttl: Duration,
+        pause: Duration,
+    ) -> Self {
+        Self {
+            ssm,
+            cooldown: Cooldown::new(clock.clone()),
+            clock,
+            ttl,
+            pause,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The secret's value, from cache while fresh.
+    pub async fn get(&self, source: &SecretSource) -> Result<SecretString, SecretError> {
+        self.load(source, false).await
+    }
+
+    /// The secret's value fetched anew (a provider refused the cached one: it may have been
+    /// rotated). Still honours a running cooldown.
+    pub async fn refetch(&self, source: &SecretSource) -> Result<SecretString, SecretError> {
+        self.load(source, true).await
+    }
+
+    async fn load(&self, source: &SecretSource, force: bool) -> Result<SecretString, SecretError> {
+        let name = match source {
+            SecretSource::Value(v) => return Ok(v.clone()),
+            SecretSource::Ssm { name } => name,
+        };
+        let slot = self
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.clone())
+            .or_default()
+            .clone();
+        // One fetch per parameter at a time: the others wait here and then find it cached.
+        let mut entry = slot.lock().await;
+        let now = self.clock.now_ms();
+        let fresh = !force
+            && entry.value.is_some()
+            && now.saturating_sub(entry.fetched_at_ms) < self.ttl.as_millis() as u64;
+        if fresh {
+            return Ok(entry.value.clone().expect("checked above"));
+        }
+        if let Some(retry_after) = self.cooldown.remaining(name) {
+            return self.stale_or(&entry, retry_after);
+        }
+        match self.fetch(name).await {
+            Ok(value) => {
+                self.cooldown.clear(name);
+                entry.value = Some(value.clone());
+                entry.fetched_at_ms = self.clock.now_ms();
+                entry.last_failure = None;
+                Ok(value)
+            }
+            Err(failure) => {
+                let retry_after = self.cooldown.start(name, self.pause);
+                entry.last_failure = Some(failure);
+                self.stale_or(&entry, retry_after)
+            }
+        }
+    }
+
+    fn stale_or(&self, entry: &Entry, retry_after: u64) -> Result<SecretString, SecretError> {
+        match (&entry.value, entry.last_failure) {
+            (Some(stale), _) => Ok(stale.clone()),
+            (None, Some(Failure::Terminal)) => Err(SecretError::Misconfigured),
+            (None, _) => Err(SecretError::Unavailable { retry_after }),
+        }
+    }
+
+    async fn fetch(&self, name: &str) -> Result<SecretString, Failure> {
+        let Some(ssm) = &self.ssm else {
+            tracing::error!(
+                parameter = name,
+                "no SSM client configured for a *_PARAM secret"
+            );
+            return Err(Failure::Terminal);
+        };
+        let result = ssm
+            .get_parameter()
+            .name(name)
+            .with_decryption(true)
+            .send()
+            .await;
+        match result {
+            Ok(out) => match out.parameter().and_then(|p| p.value()) {
+                Some(v) if !v.is_empty() => Ok(SecretString::from(v.to_string())),
+                _ => {
+                    tracing::error!(parameter = name, "SSM parameter has no value");
+                    Err(Failure::Terminal)
+                }
+            },
+            Err(e) => {
+                let failure = classify(&e);
+                let code = e.code().unwrap_or("none").to_string();
+                match failure {
+                    Failure::Terminal => tracing::error!(
+                        parameter = name,
+                        error_code = %code,
+                        "SSM parameter cannot be read: check that it exists, is a SecureString, and that the function's role may read and decrypt it"
+                    ),
+                    Failure::Temporary => tracing::warn!(
+                        parameter = name,
+                        error_code = %code,
+                        error_kind = error_kind(&e),
+                        "SSM fetch failed; cooling down"
+                    ),
+                }
+                Err(failure)
+            }
+        }
+    }
+}
+
+fn error_kind<R>(e: &SdkError<GetParameterError, R>) -> &'static str {
+    match e {
+        SdkError::ConstructionFailure(_) => "construction",
+        SdkError::TimeoutError(_) => "timeout",
+        SdkError::DispatchFailure(_) => "network",
+        SdkError::ResponseError(_) => "response",
+        SdkError::ServiceError(_) => "service",
+        _ => "other",
+    }
+}
+
+fn classify(e: &SdkError<GetParameterError, aws_sdk_ssm::config::http::HttpResponse>) -> Failure {
+    match e {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            Failure::Temporary
+        }
+        SdkError::ServiceError(se) => match se.err() {
+            GetParameterError::ParameterNotFound(_)
+            | GetParameterError::ParameterVersionNotFound(_)
+            | GetParameterError::InvalidKeyId(_) => Failure::Terminal,
+            GetParameterError::InternalServerError(_) => Failure::Temporary,
+            other => {
+                let code = other.code().unwrap_or_default();
+                let status = se.raw().status().as_u16();
+                if status >= 500
+                    || status == 429
+                    || code.contains("Throttl")
+                    || code == "TooManyUpdates"
+                    || code == "RequestLimitExceeded"
+                {
+                    Failure::Temporary
+                } else {
+                    Failure::Terminal
+                }
+            }
+        },
+        _ => Failure::Terminal,
+    }
+}
