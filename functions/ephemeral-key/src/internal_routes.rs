@@ -1,0 +1,90 @@
+//! `GET|PUT /internal/kill-switch`: the operator's view and flip of a kill switch.
+//!
+//! These routes ignore the kill switch itself (an operator must be able to turn it off again)
+//! and the `global` layer (operator calls spend nothing upstream). Callers without the real
+//! internal token are counted by the `ip` layer before being refused with 401, so guessing the
+//! token is rate limited like anything else (lesson 002).
+
+use http::{Method, StatusCode};
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde::Deserialize;
+use tollgate::gate::{Caller, Gate};
+use tollgate::http::{body_bytes, json_response};
+use tollgate::kill_switch::{FUNCTIONS, MAX_MESSAGE_CHARS};
+use tollgate::ratelimit::{Admission, Layer};
+use tollgate::ApiError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlipRequest {
+    function: String,
+    enabled: bool,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+pub async fn kill_switch(
+    gate: &Gate,
+    req: &Request,
+    admission: &mut Admission,
+) -> Result<Response<Body>, ApiError> {
+    if req.method() != Method::GET && req.method() != Method::PUT {
+        return Err(ApiError::MethodNotAllowed { allow: "GET, PUT" });
+    }
+    let addr = gate.client_addr(req).await?;
+    let caller = Caller {
+        addr,
+        internal: gate.is_internal(req).await,
+    };
+    let key = addr.to_string();
+    gate.limit(admission, &caller, &[(Layer::Ip, &key)]).await?;
+    if !caller.internal {
+        // Tells a missing or wrong token apart from a secret-store outage (503, not 401).
+        gate.require_internal(req).await?;
+    }
+
+    let state = if req.method() == Method::GET {
+        let function = req
+            .query_string_parameters_ref()
+            .and_then(|q| q.first("function"))
+            .unwrap_or(&gate.settings.function)
+            .to_string();
+        known_function(&function)?;
+        gate.kill_switch
+            .status(&function)
+            .await
+            .map_err(store_failed)?
+    } else {
+        let body = body_bytes(req, gate.settings.max_body_bytes)?;
+        let flip: FlipRequest = serde_json::from_slice(body).map_err(|_| ApiError::BadRequest {
+            detail: "Expected a JSON object {\"function\": string, \"enabled\": boolean, \"message\": string (optional)}.".into(),
+        })?;
+        known_function(&flip.function)?;
+        let state = gate
+            .kill_switch
+            .set(&flip.function, flip.enabled, flip.message.as_deref())
+            .await
+            .map_err(store_failed)?
+            .map_err(|_| ApiError::BadRequest {
+                detail: format!("message must be at most {MAX_MESSAGE_CHARS} characters."),
+            })?;
+        tracing::warn!(function = %state.function, enabled = state.enabled, "kill switch flipped through the API");
+        state
+    };
+    Ok(json_response(StatusCode::OK, &state))
+}
+
+fn known_function(name: &str) -> Result<(), ApiError> {
+    if FUNCTIONS.contains(&name) {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest {
+            detail: format!("function must be one of: {}.", FUNCTIONS.join(", ")),
+        })
+    }
+}
+
+fn store_failed(e: tollgate::kill_switch::ControlStoreError) -> ApiError {
+    tracing::error!(error = %e, "control table unavailable");
+    ApiError::Unavailable { retry_after: 1 }
+}
