@@ -1,0 +1,8 @@
+//! The shared guards against DynamoDB Local (and an SSM stand-in over HTTP).
+
+mod client_address;
+mod internal_callers;
+mod kill_switch;
+mod rate_limits;
+mod request_counts;
+mod secrets;

@@ -1,0 +1,60 @@
+//! Counts the requests an SDK client actually sends, per operation, with an SDK interceptor.
+//!
+//! `read_before_transmit` runs once per HTTP attempt, so retries count too: this is what the
+//! bill and DynamoDB's capacity see.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+
+/// Shared per-operation request counts.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter(Arc<Mutex<HashMap<String, usize>>>);
+
+impl RequestCounter {
+    /// Requests sent for `operation` (e.g. `UpdateItem`).
+    pub fn get(&self, operation: &str) -> usize {
+        self.0.lock().unwrap().get(operation).copied().unwrap_or(0)
+    }
+
+    /// Requests sent, all operations.
+    pub fn total(&self) -> usize {
+        self.0.lock().unwrap().values().sum()
+    }
+
+    /// All counts, for assertion messages.
+    pub fn snapshot(&self) -> HashMap<String, usize> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Forgets the counts so far.
+    pub fn reset(&self) {
+        self.0.lock().unwrap().clear();
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let op = cfg
+            .load::<Metadata>()
+            .map(|m| m.name().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        *self.0.lock().unwrap().entry(op).or_default() += 1;
+        Ok(())
+    }
+}

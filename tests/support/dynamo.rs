@@ -1,0 +1,132 @@
+//! DynamoDB Local: clients and per-test tables.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
+};
+use aws_sdk_dynamodb::Client;
+
+use crate::counting::RequestCounter;
+
+/// DynamoDB Local's endpoint, from `DYNAMODB_ENDPOINT`.
+pub fn endpoint() -> String {
+    std::env::var("DYNAMODB_ENDPOINT").unwrap_or_else(|_| {
+        panic!("DYNAMODB_ENDPOINT is not set: run the tests with `cargo xtask test`, which starts DynamoDB Local")
+    })
+}
+
+/// A client for DynamoDB Local that counts what it sends.
+pub fn client() -> (Client, RequestCounter) {
+    client_at(&endpoint())
+}
+
+/// A counting client for an explicit endpoint (a fault proxy in front of DynamoDB Local).
+pub fn client_at(endpoint: &str) -> (Client, RequestCounter) {
+    let counter = RequestCounter::default();
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .endpoint_url(endpoint)
+        .interceptor(counter.clone())
+        .build();
+    (Client::from_conf(config), counter)
+}
+
+/// Names of one test's own tables.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    pub rate_limits: String,
+    pub control: String,
+}
+
+fn unique_prefix() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "t{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
+
+impl Tables {
+    /// Creates fresh tables with unique names.
+    pub async fn create(ddb: &Client) -> Self {
+        let prefix = unique_prefix();
+        let tables = Self {
+            rate_limits: format!("{prefix}-rate-limits"),
+            control: format!("{prefix}-control"),
+        };
+        create_pk_table(ddb, &tables.rate_limits).await;
+        create_pk_table(ddb, &tables.control).await;
+        tables
+    }
+
+    /// The environment the functions read these table names from.
+    pub fn env_pairs(&self) -> Vec<(String, String)> {
+        vec![
+            ("RATE_LIMIT_TABLE".into(), self.rate_limits.clone()),
+            ("CONTROL_TABLE".into(), self.control.clone()),
+        ]
+    }
+}
+
+/// A table with a single string partition key `pk`, on demand.
+pub async fn create_pk_table(ddb: &Client, name: &str) {
+    ddb.create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create table {name}: {e:?}"));
+}
+
+/// Every item of a table (small test tables only).
+pub async fn scan_all(
+    ddb: &Client,
+    table: &str,
+) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+    ddb.scan()
+        .table_name(table)
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .items()
+        .to_vec()
+}
+
+/// The stored `count` of every rate-limit counter whose key contains `needle`.
+pub async fn counters_matching(ddb: &Client, table: &str, needle: &str) -> Vec<(String, u64)> {
+    scan_all(ddb, table)
+        .await
+        .into_iter()
+        .filter_map(|item| {
+            let pk = item.get("pk")?.as_s().ok()?.clone();
+            let count = item.get("count")?.as_n().ok()?.parse().ok()?;
+            pk.contains(needle).then_some((pk, count))
+        })
+        .collect()
+}

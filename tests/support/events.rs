@@ -1,0 +1,108 @@
+//! Lambda HTTP events, built as JSON and parsed by `lambda_http` itself, so tests go through the
+//! same request-context parsing as a deployed function.
+
+use lambda_http::Request;
+use serde_json::{json, Map, Value};
+
+/// An HTTP API (payload v2) / function URL event.
+#[derive(Debug, Clone)]
+pub struct Event {
+    method: String,
+    path: String,
+    query: String,
+    source_ip: String,
+    headers: Map<String, Value>,
+    body: Option<String>,
+}
+
+impl Event {
+    pub fn new(method: &str, path: &str) -> Self {
+        Self {
+            method: method.to_string(),
+            path: path.to_string(),
+            query: String::new(),
+            source_ip: "203.0.113.10".to_string(),
+            headers: Map::new(),
+            body: None,
+        }
+    }
+
+    pub fn get(path: &str) -> Self {
+        Self::new("GET", path)
+    }
+
+    pub fn post(path: &str) -> Self {
+        Self::new("POST", path)
+    }
+
+    pub fn put(path: &str) -> Self {
+        Self::new("PUT", path)
+    }
+
+    /// The peer address the request context reports.
+    pub fn from_ip(mut self, ip: &str) -> Self {
+        self.source_ip = ip.to_string();
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers
+            .insert(name.to_ascii_lowercase(), Value::String(value.to_string()));
+        self
+    }
+
+    pub fn query(mut self, query: &str) -> Self {
+        self.query = query.to_string();
+        self
+    }
+
+    pub fn body(mut self, body: impl Into<String>) -> Self {
+        self.body = Some(body.into());
+        self
+    }
+
+    pub fn json(self, value: &Value) -> Self {
+        self.header("content-type", "application/json")
+            .body(value.to_string())
+    }
+
+    /// The event as API Gateway HTTP API (v2) would send it.
+    pub fn to_json(&self) -> Value {
+        let mut headers = self.headers.clone();
+        headers
+            .entry("host")
+            .or_insert_with(|| Value::String("abc123.lambda-url.us-east-1.on.aws".into()));
+        json!({
+            "version": "2.0",
+            "routeKey": "$default",
+            "rawPath": self.path,
+            "rawQueryString": self.query,
+            "headers": headers,
+            "requestContext": {
+                "accountId": "123456789012",
+                "apiId": "abc123",
+                "domainName": "abc123.lambda-url.us-east-1.on.aws",
+                "domainPrefix": "abc123",
+                "http": {
+                    "method": self.method,
+                    "path": self.path,
+                    "protocol": "HTTP/1.1",
+                    "sourceIp": self.source_ip,
+                    "userAgent": "tollgate-tests"
+                },
+                "requestId": "req-test",
+                "routeKey": "$default",
+                "stage": "$default",
+                "time": "01/Jan/2026:00:00:01 +0000",
+                "timeEpoch": 1767225601000u64
+            },
+            "body": self.body,
+            "isBase64Encoded": false
+        })
+    }
+
+    /// The parsed request.
+    pub fn request(&self) -> Request {
+        lambda_http::request::from_str(&self.to_json().to_string()).expect("valid v2 event")
+    }
+}

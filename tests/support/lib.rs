@@ -1,0 +1,40 @@
+//! Test support: real DynamoDB Local, HTTP stand-ins for what cannot run here, and Lambda events.
+//!
+//! Every test makes its own tables ([`dynamo::Tables::create`]) so tests run in parallel without
+//! seeing each other's counters. `DYNAMODB_ENDPOINT` must point at DynamoDB Local; `cargo xtask
+//! test` starts one and sets it.
+
+pub mod counting;
+pub mod dynamo;
+pub mod events;
+pub mod pipeline;
+pub mod ssm;
+
+use std::sync::Arc;
+
+use tollgate::clock::{ManualClock, SharedClock};
+
+/// A fixed start time, one second after a whole hour and day, so hour and day windows are
+/// predictable: 2026-01-01T00:00:01Z.
+pub const T0_MS: u64 = 1_767_225_601_000;
+
+/// A manual clock at [`T0_MS`] and the same clock as a [`SharedClock`].
+pub fn manual_clock() -> (ManualClock, SharedClock) {
+    let clock = ManualClock::at(T0_MS);
+    (clock.clone(), Arc::new(clock))
+}
+
+/// The response body as JSON.
+pub fn json_body(resp: &lambda_http::Response<lambda_http::Body>) -> serde_json::Value {
+    serde_json::from_slice(resp.body().as_ref()).unwrap_or_else(|e| {
+        panic!(
+            "body is not JSON ({e}): {:?}",
+            String::from_utf8_lossy(resp.body().as_ref())
+        )
+    })
+}
+
+/// The response body as text.
+pub fn text_body(resp: &lambda_http::Response<lambda_http::Body>) -> String {
+    String::from_utf8_lossy(resp.body().as_ref()).into_owned()
+}
