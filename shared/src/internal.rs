@@ -17,7 +17,7 @@ pub const INTERNAL_TOKEN_HEADER: &str = "x-internal-token";
 pub fn secrets_equal(presented: &[u8], expected: &[u8]) -> bool {
     let a = Sha256::digest(presented);
     let b = Sha256::digest(expected);
-    a.ct_eq(&b).into()
+    a.as_slice().ct_eq(b.as_slice()).into()
 }
 
 /// Whether `presented` is the internal token. An empty expected token never matches.
