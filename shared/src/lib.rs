@@ -17,11 +17,14 @@
 
 pub mod aws;
 pub mod client_addr;
+pub mod clients;
 pub mod clock;
 pub mod config;
 pub mod cooldown;
 pub mod gate;
 pub mod http;
+pub mod idempotency;
+pub mod ids;
 pub mod internal;
 pub mod kill_switch;
 pub mod problem;

@@ -48,6 +48,20 @@ pub enum ApiError {
     RateLimited(Decision),
     #[error("temporarily unavailable")]
     Unavailable { retry_after: u64 },
+    #[error("account not found")]
+    AccountNotFound,
+    #[error("transfer not found")]
+    TransferNotFound,
+    #[error("insufficient funds")]
+    InsufficientFunds,
+    #[error("currency mismatch")]
+    CurrencyMismatch,
+    /// The idempotency key was used before with a different canonical body.
+    #[error("idempotency key reused")]
+    IdempotencyKeyReused,
+    /// A request with the same key and body is still being processed.
+    #[error("request in progress")]
+    RequestInProgress { retry_after: u64 },
     #[error("internal error")]
     Internal,
 }
@@ -130,6 +144,42 @@ impl ApiError {
                 "Temporarily unavailable",
                 format!("The service is temporarily unavailable. Retry after {retry_after} seconds."),
             ),
+            ApiError::AccountNotFound => (
+                StatusCode::NOT_FOUND,
+                "account_not_found",
+                "Account not found",
+                "No such account.".into(),
+            ),
+            ApiError::TransferNotFound => (
+                StatusCode::NOT_FOUND,
+                "transfer_not_found",
+                "Transfer not found",
+                "No such transfer.".into(),
+            ),
+            ApiError::InsufficientFunds => (
+                StatusCode::PAYMENT_REQUIRED,
+                "insufficient_funds",
+                "Insufficient funds",
+                "The balance of the from account is too low for this amount.".into(),
+            ),
+            ApiError::CurrencyMismatch => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "currency_mismatch",
+                "Currency mismatch",
+                "The two accounts hold different currencies.".into(),
+            ),
+            ApiError::IdempotencyKeyReused => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "Idempotency key reused",
+                "This Idempotency-Key was already used with a different request body. Use a new key for a new request.".into(),
+            ),
+            ApiError::RequestInProgress { retry_after } => (
+                StatusCode::CONFLICT,
+                "request_in_progress",
+                "Request in progress",
+                format!("A request with this Idempotency-Key is still being processed. Retry after {retry_after} seconds to get its response."),
+            ),
             ApiError::Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
@@ -143,7 +193,9 @@ impl ApiError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             ApiError::RateLimited(d) => Some(d.retry_after_secs()),
-            ApiError::Unavailable { retry_after } => Some((*retry_after).max(1)),
+            ApiError::Unavailable { retry_after } | ApiError::RequestInProgress { retry_after } => {
+                Some((*retry_after).max(1))
+            }
             _ => None,
         }
     }
@@ -241,6 +293,20 @@ impl From<SecretError> for ApiError {
             SecretError::Unavailable { retry_after } => ApiError::Unavailable { retry_after },
             SecretError::Misconfigured => ApiError::Internal,
         }
+    }
+}
+
+impl From<crate::idempotency::IdempotencyError> for ApiError {
+    fn from(e: crate::idempotency::IdempotencyError) -> Self {
+        tracing::error!(error = %e, source = ?std::error::Error::source(&e), "idempotency store failed");
+        ApiError::Unavailable { retry_after: 1 }
+    }
+}
+
+impl From<crate::clients::ClientStoreError> for ApiError {
+    fn from(e: crate::clients::ClientStoreError) -> Self {
+        tracing::error!(error = %e, source = ?std::error::Error::source(&e), "clients table failed");
+        ApiError::Unavailable { retry_after: 1 }
     }
 }
 

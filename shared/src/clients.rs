@@ -1,0 +1,192 @@
+//! API clients and their bearer tokens.
+//!
+//! A token is 256 random bits shown once at creation; only its SHA-256 is stored, as the
+//! partition key of the clients table, so a leaked table does not leak credentials and a lookup
+//! is one `GetItem` by hash (no comparison of secrets in our code at all). A plain hash is
+//! enough because the tokens are random, not passwords a dictionary could guess.
+//!
+//! Positive lookups are cached briefly per process; negative ones are not, so a token created a
+//! second ago works at once and a flood of wrong tokens cannot fill the cache.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+
+use crate::clock::{SharedClock, UnixMillis};
+
+/// Prefix that makes a Tollgate token recognisable in a secret scanner.
+pub const TOKEN_PREFIX: &str = "tg_";
+const CACHE_CAPACITY: usize = 10_000;
+
+/// The clients table could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("clients table {operation} failed")]
+pub struct ClientStoreError {
+    operation: &'static str,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+fn err(
+    operation: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> ClientStoreError {
+    ClientStoreError {
+        operation,
+        source: Box::new(e),
+    }
+}
+
+/// A newly created client: the token exists only in this value.
+#[derive(Debug)]
+pub struct NewClient {
+    pub client_id: String,
+    pub name: String,
+    pub token: SecretString,
+}
+
+/// Hex SHA-256 of a token: the only form in which tokens are stored.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// The clients table (partition key `pk` = token hash).
+#[derive(Debug)]
+pub struct ClientStore {
+    ddb: Client,
+    table: String,
+    clock: SharedClock,
+    cache_for: Duration,
+    cache: Mutex<HashMap<String, (String, UnixMillis)>>,
+}
+
+impl ClientStore {
+    pub fn new(
+        ddb: Client,
+        table: impl Into<String>,
+        clock: SharedClock,
+        cache_for: Duration,
+    ) -> Self {
+        Self {
+            ddb,
+            table: table.into(),
+            clock,
+            cache_for,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Creates a client with a fresh token.
+    pub async fn create(&self, name: &str) -> Result<NewClient, ClientStoreError> {
+        let client_id = crate::ids::new_id("cl");
+        let token = format!("{TOKEN_PREFIX}{}", crate::ids::random_hex(32));
+        self.ddb
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", AttributeValue::S(token_hash(&token)))
+            .item("client_id", AttributeValue::S(client_id.clone()))
+            .item("name", AttributeValue::S(name.to_string()))
+            .item(
+                "created_at",
+                AttributeValue::N((self.clock.now_ms() / 1000).to_string()),
+            )
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await
+            .map_err(|e| err("create", e))?;
+        Ok(NewClient {
+            client_id,
+            name: name.to_string(),
+            token: SecretString::from(token),
+        })
+    }
+
+    /// The client id a bearer token belongs to, or `None` for an unknown token.
+    pub async fn authenticate(
+        &self,
+        token: &SecretString,
+    ) -> Result<Option<String>, ClientStoreError> {
+        let hash = token_hash(token.expose_secret());
+        let now = self.clock.now_ms();
+        if let Some((id, until)) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&hash)
+        {
+            if *until > now {
+                return Ok(Some(id.clone()));
+            }
+        }
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(hash.clone()))
+            .send()
+            .await
+            .map_err(|e| err("lookup", e))?;
+        let id = out
+            .item()
+            .and_then(|i| i.get("client_id"))
+            .and_then(|v| v.as_s().ok())
+            .cloned();
+        if let Some(id) = &id {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= CACHE_CAPACITY {
+                cache.retain(|_, (_, until)| *until > now);
+                if cache.len() >= CACHE_CAPACITY {
+                    cache.clear();
+                }
+            }
+            cache.insert(hash, (id.clone(), now + self.cache_for.as_millis() as u64));
+        }
+        Ok(id)
+    }
+}
+
+/// The bearer token of an `Authorization: Bearer <token>` header value.
+pub fn bearer_token(header: Option<&http::HeaderValue>) -> Option<SecretString> {
+    let value = header?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty())
+        .then(|| SecretString::from(token.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_parsing() {
+        let h = |s: &str| http::HeaderValue::from_str(s).unwrap();
+        assert_eq!(
+            bearer_token(Some(&h("Bearer abc")))
+                .unwrap()
+                .expose_secret(),
+            "abc"
+        );
+        assert_eq!(
+            bearer_token(Some(&h("bearer  abc ")))
+                .unwrap()
+                .expose_secret(),
+            "abc"
+        );
+        assert!(bearer_token(Some(&h("Basic abc"))).is_none());
+        assert!(bearer_token(Some(&h("Bearer"))).is_none());
+        assert!(bearer_token(None).is_none());
+    }
+
+    #[test]
+    fn only_the_hash_is_kept() {
+        let h = token_hash("tg_secret");
+        assert_eq!(h.len(), 64);
+        assert!(!h.contains("secret"));
+    }
+}

@@ -1,0 +1,398 @@
+//! Idempotency keys: a retry after a lost response gets the first response back, never a
+//! second effect (lesson 004).
+//!
+//! Every failure mode of the lesson is closed here:
+//!
+//! - **No fingerprint**: each record keeps the SHA-256 of the canonical body; the same key with
+//!   another body is refused with 422 instead of being "successfully" ignored.
+//! - **String comparison of bodies**: the fingerprint is over the RFC 8785 canonical form.
+//! - **No in-progress state / check-then-insert races**: a key is claimed with a conditional
+//!   write (`attribute_not_exists(pk)` or expired), never by reading first.
+//! - **Unscoped keys**: a record is scoped to (caller, method and route, key).
+//! - **No retention policy**: records live [`IdempotencyStore::ttl`] (`IDEMPOTENCY_TTL_SECONDS`)
+//!   and an expired record counts as absent before DynamoDB's TTL removes it.
+//!
+//! Two modes:
+//!
+//! 1. **Atomic** ([`IdempotencyStore::completed_put`]): when the effect is itself a DynamoDB
+//!    write, the claim, the effect and the stored response commit in one `TransactWriteItems`.
+//!    There is no in-progress state to recover from, because there is no moment in between.
+//! 2. **Two-phase** ([`IdempotencyStore::claim`], [`complete`](IdempotencyStore::complete),
+//!    [`release`](IdempotencyStore::release)): for effects outside DynamoDB (an upstream call).
+//!    The claim holds a lease and an owner token; completing or releasing is conditioned on still
+//!    being the owner, so a stale owner can neither overwrite nor delete another's record. An
+//!    expired lease may be claimed again.
+//!
+//! Responses with status 5xx are never stored: the key stays free for a retry.
+
+mod fingerprint;
+mod key;
+mod record;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use aws_sdk_dynamodb::Client;
+
+pub use fingerprint::fingerprint;
+pub use key::{IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, MAX_KEY_LEN};
+pub use record::{Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER};
+
+use crate::clock::{SharedClock, UnixMillis};
+use record::*;
+
+/// The condition under which a key may be (re)claimed: nobody holds it, or its record expired.
+const CLAIMABLE: &str = "attribute_not_exists(#pk) OR #expires_at <= :now_s";
+
+/// The idempotency table could not be used, or a two-phase owner lost its claim.
+#[derive(Debug, thiserror::Error)]
+pub enum IdempotencyError {
+    #[error("idempotency store failed during {operation}")]
+    Store {
+        operation: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The record is no longer this owner's (its lease expired and another request claimed it,
+    /// or it was completed or released already).
+    #[error("idempotency record is not held by this owner")]
+    NotOwner,
+}
+
+fn store_error(
+    operation: &'static str,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> IdempotencyError {
+    IdempotencyError::Store {
+        operation,
+        source: Box::new(source),
+    }
+}
+
+/// A two-phase claim held by one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pk: String,
+    owner: String,
+    pub lease_until_ms: UnixMillis,
+}
+
+/// The outcome of a two-phase claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This request holds the key: do the work, then complete or release.
+    Acquired(Lease),
+    /// The key is taken.
+    Existing(Existing),
+}
+
+/// Idempotency records in one table (string partition key `pk`, TTL attribute `expires_at`).
+#[derive(Debug, Clone)]
+pub struct IdempotencyStore {
+    ddb: Client,
+    table: String,
+    clock: SharedClock,
+    ttl: Duration,
+}
+
+impl IdempotencyStore {
+    pub fn new(ddb: Client, table: impl Into<String>, clock: SharedClock, ttl: Duration) -> Self {
+        Self {
+            ddb,
+            table: table.into(),
+            clock,
+            ttl,
+        }
+    }
+
+    /// How long a record is kept.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn now_ms(&self) -> UnixMillis {
+        self.clock.now_ms()
+    }
+
+    fn expires_at(&self) -> u64 {
+        (self.now_ms() + self.ttl.as_millis() as u64).div_ceil(1000)
+    }
+
+    fn completed_item(
+        &self,
+        scope: &Scope,
+        fingerprint: &str,
+        response: &StoredResponse,
+    ) -> HashMap<String, AttributeValue> {
+        let mut item = HashMap::new();
+        item.insert(PK.into(), AttributeValue::S(scope.pk().into()));
+        item.insert(STATE.into(), AttributeValue::S(COMPLETED.into()));
+        item.insert(FINGERPRINT.into(), AttributeValue::S(fingerprint.into()));
+        item.insert(
+            EXPIRES_AT.into(),
+            AttributeValue::N(self.expires_at().to_string()),
+        );
+        response.to_attributes(&mut item);
+        item
+    }
+
+    fn claimable_values(&self) -> [(&'static str, AttributeValue); 1] {
+        [(
+            ":now_s",
+            AttributeValue::N((self.now_ms() / 1000).to_string()),
+        )]
+    }
+
+    /// Atomic mode: the transaction item that claims the key and stores `response` as done, to
+    /// commit together with the effect. If the key is taken the transaction is cancelled and
+    /// [`Self::existing_in`] reads the record from the cancellation reason (`ALL_OLD`).
+    pub fn completed_put(
+        &self,
+        scope: &Scope,
+        fingerprint: &str,
+        response: &StoredResponse,
+    ) -> TransactWriteItem {
+        let mut put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(self.completed_item(scope, fingerprint, response)))
+            .condition_expression(CLAIMABLE)
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (k, v) in self.claimable_values() {
+            put = put.expression_attribute_values(k, v);
+        }
+        TransactWriteItem::builder()
+            .put(put.build().expect("table, item and condition are set"))
+            .build()
+    }
+
+    /// What the record in a cancellation reason means for a request with `fingerprint`.
+    /// `None` when the reason carries no live record.
+    pub fn existing_in(&self, reason: &CancellationReason, fingerprint: &str) -> Option<Existing> {
+        let record = Record::from_item(reason.item()?)?;
+        let now = self.now_ms();
+        record
+            .is_live(now)
+            .then(|| record.verdict(fingerprint, now))
+    }
+
+    /// Stores an outcome decided without an effect (a refusal the contract keeps under the key,
+    /// e.g. 402). Conditional like a claim, so a racing duplicate cannot overwrite it: `Ok(None)`
+    /// when stored, `Ok(Some(existing))` when another request got there first.
+    pub async fn store(
+        &self,
+        scope: &Scope,
+        fingerprint: &str,
+        response: &StoredResponse,
+    ) -> Result<Option<Existing>, IdempotencyError> {
+        debug_assert!(response.status < 500, "5xx outcomes are never stored");
+        let mut req = self
+            .ddb
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(self.completed_item(scope, fingerprint, response)))
+            .condition_expression(CLAIMABLE)
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (k, v) in self.claimable_values() {
+            req = req.expression_attribute_values(k, v);
+        }
+        match req.send().await {
+            Ok(_) => Ok(None),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let existing = match e.err() {
+                    PutItemError::ConditionalCheckFailedException(c) => c
+                        .item()
+                        .and_then(Record::from_item)
+                        .map(|r| r.verdict(fingerprint, self.now_ms())),
+                    _ => None,
+                };
+                // The condition failed, so a live record exists; an unreadable one is a bug.
+                existing
+                    .map(Some)
+                    .ok_or_else(|| store_error("store", MalformedRecord))
+            }
+            Err(e) => Err(store_error("store", e)),
+        }
+    }
+
+    /// The live record under `scope`, if any (operator view).
+    pub async fn read(&self, scope: &Scope) -> Result<Option<Record>, IdempotencyError> {
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(scope.pk().into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("read", e))?;
+        let now = self.now_ms();
+        Ok(out
+            .item()
+            .and_then(Record::from_item)
+            .filter(|r| r.is_live(now)))
+    }
+
+    /// Two-phase mode: claims the key for `lease`. An expired record or an expired lease is
+    /// claimed over; a live one is reported as [`Claim::Existing`].
+    pub async fn claim(
+        &self,
+        scope: &Scope,
+        fingerprint: &str,
+        lease: Duration,
+    ) -> Result<Claim, IdempotencyError> {
+        let now = self.now_ms();
+        let owner = crate::ids::random_hex(16);
+        let lease_until_ms = now + lease.as_millis() as u64;
+        let result = self
+            .ddb
+            .put_item()
+            .table_name(&self.table)
+            .item(PK, AttributeValue::S(scope.pk().into()))
+            .item(STATE, AttributeValue::S(IN_PROGRESS.into()))
+            .item(FINGERPRINT, AttributeValue::S(fingerprint.into()))
+            .item(OWNER, AttributeValue::S(owner.clone()))
+            .item(
+                LEASE_UNTIL_MS,
+                AttributeValue::N(lease_until_ms.to_string()),
+            )
+            .item(EXPIRES_AT, AttributeValue::N(self.expires_at().to_string()))
+            .condition_expression(format!(
+                "{CLAIMABLE} OR (#state = :in_progress AND #lease <= :now_ms)"
+            ))
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .expression_attribute_names("#state", STATE)
+            .expression_attribute_names("#lease", LEASE_UNTIL_MS)
+            .expression_attribute_values(":now_s", AttributeValue::N((now / 1000).to_string()))
+            .expression_attribute_values(":now_ms", AttributeValue::N(now.to_string()))
+            .expression_attribute_values(":in_progress", AttributeValue::S(IN_PROGRESS.into()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Claim::Acquired(Lease {
+                pk: scope.pk().into(),
+                owner,
+                lease_until_ms,
+            })),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let record = match e.err() {
+                    PutItemError::ConditionalCheckFailedException(c) => {
+                        c.item().and_then(Record::from_item)
+                    }
+                    _ => None,
+                };
+                record
+                    .map(|r| Claim::Existing(r.verdict(fingerprint, now)))
+                    .ok_or_else(|| store_error("claim", MalformedRecord))
+            }
+            Err(e) => Err(store_error("claim", e)),
+        }
+    }
+
+    /// Two-phase mode: stores `response` under the claimed key, if this lease still owns it.
+    /// `expires_at` (seconds) may shorten the record's life, e.g. to a minted secret's expiry.
+    pub async fn complete(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at: Option<u64>,
+    ) -> Result<(), IdempotencyError> {
+        debug_assert!(response.status < 500, "5xx outcomes are never stored");
+        let expires_at = expires_at
+            .map(|e| e.min(self.expires_at()))
+            .unwrap_or_else(|| self.expires_at());
+        let headers = AttributeValue::M(
+            response
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), AttributeValue::S(v.clone())))
+                .collect(),
+        );
+        let result = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(lease.pk.clone()))
+            .update_expression(
+                "SET #state = :completed, #status = :status, #headers = :headers, #body = :body, #expires_at = :expires_at REMOVE #owner, #lease",
+            )
+            .condition_expression("#owner = :owner AND #state = :in_progress")
+            .expression_attribute_names("#state", STATE)
+            .expression_attribute_names("#status", STATUS)
+            .expression_attribute_names("#headers", HEADERS)
+            .expression_attribute_names("#body", BODY)
+            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_names("#lease", LEASE_UNTIL_MS)
+            .expression_attribute_values(":completed", AttributeValue::S(COMPLETED.into()))
+            .expression_attribute_values(":in_progress", AttributeValue::S(IN_PROGRESS.into()))
+            .expression_attribute_values(":status", AttributeValue::N(response.status.to_string()))
+            .expression_attribute_values(":headers", headers)
+            .expression_attribute_values(":body", AttributeValue::B(Blob::new(response.body.clone())))
+            .expression_attribute_values(":expires_at", AttributeValue::N(expires_at.to_string()))
+            .expression_attribute_values(":owner", AttributeValue::S(lease.owner.clone()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Err(IdempotencyError::NotOwner)
+            }
+            Err(e) => Err(store_error("complete", e)),
+        }
+    }
+
+    /// Two-phase mode: frees the key after a failure on our side, if this lease still owns it,
+    /// so the client's retry runs anew.
+    pub async fn release(&self, lease: &Lease) -> Result<(), IdempotencyError> {
+        let result = self
+            .ddb
+            .delete_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(lease.pk.clone()))
+            .condition_expression("#owner = :owner AND #state = :in_progress")
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_names("#state", STATE)
+            .expression_attribute_values(":owner", AttributeValue::S(lease.owner.clone()))
+            .expression_attribute_values(":in_progress", AttributeValue::S(IN_PROGRESS.into()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), DeleteItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Err(IdempotencyError::NotOwner)
+            }
+            Err(e) => Err(store_error("release", e)),
+        }
+    }
+}
+
+/// A record that exists but cannot be parsed.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed idempotency record")]
+struct MalformedRecord;
