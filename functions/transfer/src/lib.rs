@@ -1,14 +1,36 @@
 //! The `transfer` function: money transfers that a retry can never repeat.
 //!
-//! The routes (`POST /transfers`, `GET /transfers/{id}`, `GET /accounts/{id}`) are added by the
-//! transfer issue; until then every path is unknown (404, problem+json).
+//! Routes (after `BASE_PATH` is stripped):
+//! - `POST /transfers` — `Idempotency-Key` required; see [`ledger`] for the transaction.
+//! - `GET /transfers/{id}` — visible to the client that made it.
+//! - `GET /accounts/{id}` — visible to its owner.
+//!
+//! Every route runs, in order: kill switch, client address, `ip` layer, authentication
+//! (`Authorization: Bearer`; failures are already counted by the `ip` layer), `client` and
+//! `global` layers on the verified client id, then its own validation and work.
 
+pub mod config;
+pub mod domain;
+pub mod ledger;
+
+use http::StatusCode;
 use lambda_http::{Body, Request, Response};
+use serde::Serialize;
+use tollgate::clients::{bearer_token, ClientStore};
 use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
 use tollgate::gate::Gate;
-use tollgate::http::{request_id, respond, route_path};
+use tollgate::http::{body_bytes, json_response, request_id, respond, route_path};
+use tollgate::idempotency::{
+    fingerprint, IdempotencyKey, IdempotencyStore, Scope, IDEMPOTENCY_KEY_HEADER,
+};
+use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
+use tracing::Instrument;
+
+use crate::config::TransferSettings;
+use crate::domain::TransferRequest;
+use crate::ledger::Ledger;
 
 /// The function's name: its kill-switch key and rate-limit scope.
 pub const FUNCTION: &str = "transfer";
@@ -16,11 +38,22 @@ pub const FUNCTION: &str = "transfer";
 pub const LIMITS_VAR: &str = "TRANSFER_RATE_LIMITS";
 /// Limits when `TRANSFER_RATE_LIMITS` is unset.
 pub const DEFAULT_LIMITS: &str = "ip=300/1m,client=60/1m";
+/// The route an idempotency key is scoped to.
+const POST_TRANSFERS: &str = "POST /transfers";
 
 /// Everything a request needs, built once per process.
 #[derive(Debug)]
 pub struct App {
     pub gate: Gate,
+    pub settings: TransferSettings,
+    pub clients: ClientStore,
+    pub ledger: Ledger,
+}
+
+enum Route<'a> {
+    Transfers,
+    Transfer(&'a str),
+    Account(&'a str),
 }
 
 impl App {
@@ -30,21 +63,150 @@ impl App {
         ssm: Option<aws_sdk_ssm::Client>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let settings = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
+        let guard = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
+        let settings = TransferSettings::from_env(env)?;
+        let idempotency = IdempotencyStore::new(
+            ddb.clone(),
+            &settings.idempotency_table,
+            clock.clone(),
+            settings.idempotency_ttl,
+        );
         Ok(Self {
-            gate: Gate::new(settings, ddb, ssm, clock),
+            clients: ClientStore::new(
+                ddb.clone(),
+                &settings.clients_table,
+                clock.clone(),
+                settings.token_cache,
+            ),
+            ledger: Ledger::new(
+                ddb.clone(),
+                &settings.accounts_table,
+                &settings.transfers_table,
+                idempotency,
+                clock.clone(),
+                &settings.default_currency,
+            ),
+            gate: Gate::new(guard, ddb, ssm, clock),
+            settings,
         })
     }
 
     /// Serves one request. Never fails: every error is a problem+json response.
     pub async fn handle(&self, req: Request) -> Response<Body> {
         let request_id = request_id(&req);
-        let result = self.route(&req).await;
-        respond(result, &request_id, None)
+        let span = tracing::info_span!("request", request_id = %request_id, function = FUNCTION);
+        let mut admission = Admission::default();
+        let result = self
+            .route(&req, &request_id, &mut admission)
+            .instrument(span)
+            .await;
+        respond(result, &request_id, Some(&admission))
     }
 
-    async fn route(&self, req: &Request) -> Result<Response<Body>, ApiError> {
-        let _path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
-        Err(ApiError::NotFound)
+    async fn route(
+        &self,
+        req: &Request,
+        request_id: &str,
+        admission: &mut Admission,
+    ) -> Result<Response<Body>, ApiError> {
+        let path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let (route, allow) = match segments.as_slice() {
+            ["transfers"] => (Route::Transfers, "POST"),
+            ["transfers", id] if !id.is_empty() => (Route::Transfer(id), "GET"),
+            ["accounts", id] if !id.is_empty() => (Route::Account(id), "GET"),
+            _ => return Err(ApiError::NotFound),
+        };
+        if req.method().as_str() != allow {
+            return Err(ApiError::MethodNotAllowed { allow });
+        }
+        let client_id = self.authenticated(req, admission).await?;
+        match route {
+            Route::Transfers => self.post_transfer(req, &client_id, request_id).await,
+            Route::Transfer(id) => self.get_transfer(id, &client_id).await,
+            Route::Account(id) => self.get_account(id, &client_id).await,
+        }
+    }
+
+    /// Kill switch, address, `ip` layer, bearer token, `client` and `global` layers.
+    async fn authenticated(
+        &self,
+        req: &Request,
+        admission: &mut Admission,
+    ) -> Result<String, ApiError> {
+        let caller = self.gate.front(req).await?;
+        let ip = caller.addr.to_string();
+        self.gate
+            .limit(admission, &caller, &[(Layer::Ip, &ip)])
+            .await?;
+        let token = bearer_token(req.headers().get(http::header::AUTHORIZATION))
+            .ok_or(ApiError::Unauthorized)?;
+        let client_id = self
+            .clients
+            .authenticate(&token)
+            .await?
+            .ok_or(ApiError::Unauthorized)?;
+        self.gate
+            .limit(
+                admission,
+                &caller,
+                &[(Layer::Client, &client_id), (Layer::Global, "")],
+            )
+            .await?;
+        Ok(client_id)
+    }
+
+    async fn post_transfer(
+        &self,
+        req: &Request,
+        client_id: &str,
+        request_id: &str,
+    ) -> Result<Response<Body>, ApiError> {
+        let key = IdempotencyKey::parse(
+            req.headers()
+                .get(IDEMPOTENCY_KEY_HEADER)
+                .map(|v| v.as_bytes()),
+        )
+        .map_err(|e| ApiError::BadRequest {
+            detail: e.to_string(),
+        })?;
+        let body = body_bytes(req, self.gate.settings.max_body_bytes)?;
+        let transfer = TransferRequest::parse(body, self.settings.max_amount)
+            .map_err(|detail| ApiError::BadRequest { detail })?;
+        let scope = Scope::new(client_id, POST_TRANSFERS, &key);
+        let fingerprint = fingerprint(&transfer.canonical);
+        self.ledger
+            .transfer(client_id, &scope, &fingerprint, &transfer, request_id)
+            .await
+    }
+
+    async fn get_transfer(&self, id: &str, client_id: &str) -> Result<Response<Body>, ApiError> {
+        match self.ledger.transfer_record(id).await? {
+            Some((transfer, owner)) if owner == client_id => {
+                Ok(json_response(StatusCode::OK, &transfer))
+            }
+            _ => Err(ApiError::TransferNotFound),
+        }
+    }
+
+    async fn get_account(&self, id: &str, client_id: &str) -> Result<Response<Body>, ApiError> {
+        #[derive(Serialize)]
+        struct View<'a> {
+            account_id: &'a str,
+            balance: u64,
+            currency: &'a str,
+        }
+        match self.ledger.account(id).await? {
+            // Another client's account is reported as missing: no existence oracle.
+            Some(a) if a.client_id == client_id => Ok(json_response(
+                StatusCode::OK,
+                &View {
+                    account_id: &a.account_id,
+                    balance: a.balance,
+                    currency: &a.currency,
+                },
+            )),
+            _ => Err(ApiError::AccountNotFound),
+        }
     }
 }

@@ -1,0 +1,56 @@
+//! The transfer function's own settings.
+
+use std::time::Duration;
+
+use tollgate::config::{ConfigError, Env};
+
+/// Settings beyond the shared guards.
+#[derive(Debug, Clone)]
+pub struct TransferSettings {
+    pub clients_table: String,
+    pub accounts_table: String,
+    pub transfers_table: String,
+    pub idempotency_table: String,
+    /// How long a key's record is kept (`IDEMPOTENCY_TTL_SECONDS`, default one day).
+    pub idempotency_ttl: Duration,
+    /// Largest amount one transfer may move, in minor units.
+    pub max_amount: u64,
+    /// The currency a transfer is first tried in when neither account's is known yet.
+    pub default_currency: String,
+    /// How long a verified token is remembered per process.
+    pub token_cache: Duration,
+}
+
+impl TransferSettings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let max_amount: u64 = env.parse_or("MAX_TRANSFER_AMOUNT", 1_000_000_000_000)?;
+        if max_amount == 0 || max_amount > i64::MAX as u64 {
+            return Err(ConfigError::new(
+                "MAX_TRANSFER_AMOUNT",
+                "must be between 1 and 9223372036854775807",
+            ));
+        }
+        let default_currency = env.string_or("DEFAULT_CURRENCY", "JPY");
+        if !is_currency_code(&default_currency) {
+            return Err(ConfigError::new(
+                "DEFAULT_CURRENCY",
+                "must be a three-letter ISO 4217 code such as JPY",
+            ));
+        }
+        Ok(Self {
+            clients_table: env.string_or("CLIENTS_TABLE", "tollgate-clients"),
+            accounts_table: env.string_or("ACCOUNTS_TABLE", "tollgate-accounts"),
+            transfers_table: env.string_or("TRANSFERS_TABLE", "tollgate-transfers"),
+            idempotency_table: env.string_or("IDEMPOTENCY_TABLE", "tollgate-transfer-idempotency"),
+            idempotency_ttl: env.seconds_or("IDEMPOTENCY_TTL_SECONDS", 86_400, 60)?,
+            max_amount,
+            default_currency,
+            token_cache: env.seconds_or("TOKEN_CACHE_SECONDS", 60, 0)?,
+        })
+    }
+}
+
+/// Three upper-case ASCII letters.
+pub fn is_currency_code(s: &str) -> bool {
+    s.len() == 3 && s.bytes().all(|b| b.is_ascii_uppercase())
+}
