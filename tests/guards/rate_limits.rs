@@ -95,7 +95,7 @@ async fn retry_after_is_the_rest_of_the_window() {
     assert_eq!(resp.headers()["ratelimit"], "\"ip\";r=0;t=39");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_requests_against_a_limit_of_ten_admit_exactly_ten() {
     let (gate, tables, ddb, _) =
         new_gate("ip=10/1h", &[("RATE_LIMIT_BLOCK_CACHE_SIZE", "0")]).await;

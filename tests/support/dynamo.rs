@@ -41,6 +41,10 @@ pub fn client_at(endpoint: &str) -> (Client, RequestCounter) {
 pub struct Tables {
     pub rate_limits: String,
     pub control: String,
+    pub clients: String,
+    pub accounts: String,
+    pub transfers: String,
+    pub idempotency: String,
 }
 
 fn unique_prefix() -> String {
@@ -64,9 +68,21 @@ impl Tables {
         let tables = Self {
             rate_limits: format!("{prefix}-rate-limits"),
             control: format!("{prefix}-control"),
+            clients: format!("{prefix}-clients"),
+            accounts: format!("{prefix}-accounts"),
+            transfers: format!("{prefix}-transfers"),
+            idempotency: format!("{prefix}-idempotency"),
         };
-        create_pk_table(ddb, &tables.rate_limits).await;
-        create_pk_table(ddb, &tables.control).await;
+        for name in [
+            &tables.rate_limits,
+            &tables.control,
+            &tables.clients,
+            &tables.accounts,
+            &tables.transfers,
+            &tables.idempotency,
+        ] {
+            create_pk_table(ddb, name).await;
+        }
         tables
     }
 
@@ -75,6 +91,10 @@ impl Tables {
         vec![
             ("RATE_LIMIT_TABLE".into(), self.rate_limits.clone()),
             ("CONTROL_TABLE".into(), self.control.clone()),
+            ("CLIENTS_TABLE".into(), self.clients.clone()),
+            ("ACCOUNTS_TABLE".into(), self.accounts.clone()),
+            ("TRANSFERS_TABLE".into(), self.transfers.clone()),
+            ("IDEMPOTENCY_TABLE".into(), self.idempotency.clone()),
         ]
     }
 }

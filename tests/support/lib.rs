@@ -9,6 +9,7 @@ pub mod dynamo;
 pub mod events;
 pub mod pipeline;
 pub mod ssm;
+pub mod transfer;
 
 use std::sync::Arc;
 

@@ -1,0 +1,58 @@
+//! DynamoDB requests per transfer, counted by an SDK interceptor.
+
+use tollgate_tests::transfer::TransferHarness;
+
+#[tokio::test]
+async fn a_new_transfer_costs_one_transaction_and_a_replay_at_most_one_request() {
+    let h =
+        TransferHarness::with_env(&[("TRANSFER_RATE_LIMITS", "ip=1000/1m,client=1000/1m")]).await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 1_000, "JPY").await;
+    let b = h.account(&alice, 0, "JPY").await;
+
+    // The first request of a warm process also reads the kill switch and the token.
+    h.send(h.post(&alice, "warm", &TransferHarness::body(&a, &b, 1)))
+        .await;
+    h.counter.reset();
+    let resp = h
+        .send(h.post(&alice, "new", &TransferHarness::body(&a, &b, 5)))
+        .await;
+    assert_eq!(resp.status(), 201);
+    let counts = h.counter.snapshot();
+    assert_eq!(h.counter.get("TransactWriteItems"), 1, "{counts:?}");
+    assert_eq!(
+        h.counter.get("UpdateItem"),
+        2,
+        "the ip and client layers: {counts:?}"
+    );
+    assert_eq!(h.counter.total(), 3, "nothing else: {counts:?}");
+
+    h.counter.reset();
+    let replay = h
+        .send(h.post(&alice, "new", &TransferHarness::body(&a, &b, 5)))
+        .await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let counts = h.counter.snapshot();
+    assert_eq!(
+        h.counter.total() - h.counter.get("UpdateItem"),
+        1,
+        "one request besides the limiter: {counts:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_token_lookup_is_cached_per_process() {
+    let h = TransferHarness::new().await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 1_000, "JPY").await;
+    h.counter.reset();
+    for _ in 0..5 {
+        assert_eq!(h.get(&alice, &format!("/accounts/{a}")).await.status(), 200);
+    }
+    assert_eq!(
+        h.counter.get("GetItem"),
+        5 + 1 + 1,
+        "5 account reads, 1 token lookup, 1 kill-switch read: {:?}",
+        h.counter.snapshot()
+    );
+}

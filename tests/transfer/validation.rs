@@ -1,0 +1,102 @@
+//! Bad input: 400 (or 413) with a precise detail, and nothing written.
+
+use tollgate_tests::json_body;
+use tollgate_tests::transfer::TransferHarness;
+
+#[tokio::test]
+async fn every_bad_input_is_refused_and_writes_nothing() {
+    let h = TransferHarness::with_env(&[("MAX_TRANSFER_AMOUNT", "100000")]).await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 1_000, "JPY").await;
+    let b = h.account(&alice, 0, "JPY").await;
+    let good = TransferHarness::body(&a, &b, 10);
+
+    let bodies = [
+        ("not json".to_string(), "JSON object"),
+        ("[]".into(), "JSON object"),
+        (
+            format!(r#"{{"from":"{a}","to":"{b}","amount":1,"amount":2}}"#),
+            "duplicate",
+        ),
+        (
+            format!(r#"{{"from":"{a}","to":"{b}","amount":1,"currency":"JPY"}}"#),
+            "Unknown field",
+        ),
+        (
+            format!(r#"{{"from":"{a}","to":"{b}","amount":0}}"#),
+            "greater than 0",
+        ),
+        (
+            format!(r#"{{"from":"{a}","to":"{b}","amount":-1}}"#),
+            "greater than 0",
+        ),
+        (
+            format!(r#"{{"from":"{a}","to":"{b}","amount":1.5}}"#),
+            "fraction",
+        ),
+        (
+            format!(r#"{{"from":"{a}","to":"{b}","amount":"10"}}"#),
+            "not a string",
+        ),
+        (
+            format!(r#"{{"from":"{a}","to":"{b}","amount":100001}}"#),
+            "at most 100000",
+        ),
+        (
+            format!(r#"{{"from":"{a}","to":"{a}","amount":1}}"#),
+            "different",
+        ),
+        (
+            format!(
+                r#"{{"from":"{a}","to":"{b}","amount":1,"memo":"{}"}}"#,
+                "m".repeat(141)
+            ),
+            "140",
+        ),
+    ];
+    for (i, (body, detail)) in bodies.iter().enumerate() {
+        let resp = h.send(h.post(&alice, &format!("bad-{i}"), body)).await;
+        assert_eq!(resp.status(), 400, "{body}");
+        let problem = json_body(&resp);
+        assert_eq!(problem["code"], "invalid_request");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(detail),
+            "{body}: {problem}"
+        );
+    }
+
+    let keys = ["", "\"\"", &"k".repeat(256), "with space", "ключ"];
+    for key in keys {
+        let mut req = h.post(&alice, "placeholder", &good);
+        req.headers_mut().insert(
+            "idempotency-key",
+            http::HeaderValue::from_bytes(key.as_bytes()).unwrap(),
+        );
+        let resp = h.send(req).await;
+        assert_eq!(resp.status(), 400, "key {key:?}");
+        assert!(json_body(&resp)["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Idempotency-Key"));
+    }
+    let mut req = h.post(&alice, "x", &good);
+    req.headers_mut().remove("idempotency-key");
+    let resp = h.send(req).await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(
+        json_body(&resp)["detail"],
+        "The Idempotency-Key header is required."
+    );
+
+    let huge = format!(
+        r#"{{"from":"{a}","to":"{b}","amount":1,"memo":"{}"}}"#,
+        " ".repeat(17 * 1024)
+    );
+    let resp = h.send(h.post(&alice, "too-big", &huge)).await;
+    assert_eq!(resp.status(), 413);
+    assert_eq!(json_body(&resp)["code"], "payload_too_large");
+
+    assert_eq!(h.count(&h.tables.idempotency).await, 0, "no key stored");
+    assert_eq!(h.count(&h.tables.transfers).await, 0);
+    assert_eq!((h.balance(&a).await, h.balance(&b).await), (1_000, 0));
+}
