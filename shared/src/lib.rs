@@ -26,6 +26,7 @@ pub mod http;
 pub mod idempotency;
 pub mod ids;
 pub mod internal;
+pub mod json;
 pub mod kill_switch;
 pub mod problem;
 pub mod ratelimit;

@@ -2,20 +2,28 @@
 //! app, and the operator's kill-switch routes.
 //!
 //! Routes (after `BASE_PATH` is stripped):
-//! - `GET|PUT /internal/kill-switch`: operator view and flip; `X-Internal-Token` required.
-//!
-//! `POST /session` is added by the session issue; until then it is an unknown path (404).
+//! - `POST /session` — see [`session`].
+//! - `GET|PUT /internal/kill-switch` — operator view and flip; `X-Internal-Token` required.
 
+pub mod config;
 mod internal_routes;
+pub mod session;
+pub mod upstream;
 
 use lambda_http::{Body, Request, Response};
 use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
+use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
 use tollgate::http::{request_id, respond, route_path};
+use tollgate::idempotency::IdempotencyStore;
 use tollgate::ratelimit::Admission;
 use tollgate::ApiError;
 use tracing::Instrument;
+
+use crate::config::SessionSettings;
+use crate::session::Sessions;
+use crate::upstream::Upstream;
 
 /// The function's name: its kill-switch key and rate-limit scope.
 pub const FUNCTION: &str = "ephemeral-key";
@@ -28,6 +36,7 @@ pub const DEFAULT_LIMITS: &str = "ip=10/1h,global=2000/1d";
 #[derive(Debug)]
 pub struct App {
     pub gate: Gate,
+    pub sessions: Sessions,
 }
 
 impl App {
@@ -37,9 +46,29 @@ impl App {
         ssm: Option<aws_sdk_ssm::Client>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let settings = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
+        let guard = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
+        let settings = SessionSettings::from_env(env)?;
+        let upstream =
+            Upstream::new(&settings.base_url, settings.upstream_timeout).map_err(|e| {
+                ConfigError::new(
+                    "OPENAI_BASE_URL",
+                    format!("cannot build the HTTPS client: {e}"),
+                )
+            })?;
+        let idempotency = IdempotencyStore::new(
+            ddb.clone(),
+            &settings.idempotency_table,
+            clock.clone(),
+            settings.idempotency_ttl,
+        );
         Ok(Self {
-            gate: Gate::new(settings, ddb, ssm, clock),
+            sessions: Sessions {
+                settings,
+                upstream,
+                idempotency,
+                cooldown: Cooldown::new(clock.clone()),
+            },
+            gate: Gate::new(guard, ddb, ssm, clock),
         })
     }
 
@@ -59,6 +88,10 @@ impl App {
     ) -> Result<Response<Body>, ApiError> {
         let path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
         match path {
+            "/session" if req.method() == http::Method::POST => {
+                self.sessions.post(&self.gate, req, admission).await
+            }
+            "/session" => Err(ApiError::MethodNotAllowed { allow: "POST" }),
             "/internal/kill-switch" => {
                 internal_routes::kill_switch(&self.gate, req, admission).await
             }

@@ -3,12 +3,10 @@
 //! Bad input gets 400 with a `detail` written here, in our words; nothing of a parser's error
 //! text reaches the client, and nothing is written before the body is known to be valid.
 
-use std::collections::HashSet;
 use std::fmt;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
 use serde_json::Value;
+use tollgate::json::strict_object;
 
 /// Longest memo, in characters.
 pub const MAX_MEMO_CHARS: usize = 140;
@@ -86,56 +84,15 @@ pub struct TransferRequest {
     pub canonical: Value,
 }
 
-/// An object's members in order, refusing duplicate names (serde_json's `Value` would silently
-/// keep the last one, and a client and server could then disagree about the amount).
-struct Members(Vec<(String, Value)>);
-
-impl<'de> Deserialize<'de> for Members {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Members;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
-                let mut seen = HashSet::new();
-                let mut members = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, Value>()? {
-                    if !seen.insert(k.clone()) {
-                        return Err(serde::de::Error::custom(DUPLICATE));
-                    }
-                    members.push((k, v));
-                }
-                Ok(Members(members))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-const DUPLICATE: &str = "duplicate member";
-
 impl TransferRequest {
     /// Parses and validates a body. `Err` is the 400 `detail`.
     pub fn parse(body: &[u8], max_amount: u64) -> Result<Self, String> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|_| "The body must be a JSON object.".to_string())?;
-        if !value.is_object() {
-            return Err("The body must be a JSON object.".into());
-        }
-        let members: Members = serde_json::from_slice(body).map_err(|e| {
-            if e.to_string().starts_with(DUPLICATE) {
-                "The body has a duplicate member name.".to_string()
-            } else {
-                "The body must be a JSON object.".to_string()
-            }
-        })?;
+        let object = strict_object(body).map_err(|e| e.to_string())?;
         let mut from = None;
         let mut to = None;
         let mut amount = None;
         let mut memo = None;
-        for (name, v) in &members.0 {
+        for (name, v) in &object.members {
             match name.as_str() {
                 "from" => from = Some(account(v, "from")?),
                 "to" => to = Some(account(v, "to")?),
@@ -159,7 +116,7 @@ impl TransferRequest {
             to,
             amount,
             memo,
-            canonical: value,
+            canonical: object.value,
         })
     }
 }

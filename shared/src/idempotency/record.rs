@@ -14,7 +14,7 @@ use crate::clock::{retry_after_secs, UnixMillis};
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// Headers worth storing with a response: the ones a client acts on.
-const STORED_HEADERS: &[&str] = &["content-type", "location"];
+const STORED_HEADERS: &[&str] = &["cache-control", "content-type", "location"];
 
 pub(crate) const PK: &str = "pk";
 pub(crate) const STATE: &str = "state";

@@ -1,0 +1,89 @@
+//! The session function's own settings.
+
+use std::time::Duration;
+
+use tollgate::config::{ConfigError, Env, SecretSource};
+
+/// Settings beyond the shared guards.
+#[derive(Debug, Clone)]
+pub struct SessionSettings {
+    /// The OpenAI API key: `OPENAI_API_KEY_PARAM` (SSM) or `OPENAI_API_KEY` (local).
+    pub api_key: SecretSource,
+    /// Scheme and host of the upstream, without a trailing slash.
+    pub base_url: String,
+    pub model: String,
+    /// Voices a client may pick; the first is the default.
+    pub voices: Vec<String>,
+    /// Lifetime of a minted client secret.
+    pub expires_after: Duration,
+    /// Longest wait for the upstream's answer.
+    pub upstream_timeout: Duration,
+    pub idempotency_table: String,
+    /// Longest a record is kept; a record also never outlives its secret.
+    pub idempotency_ttl: Duration,
+}
+
+impl SessionSettings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let api_key = env.secret_source("OPENAI_API_KEY")?.ok_or_else(|| {
+            ConfigError::new(
+                "OPENAI_API_KEY_PARAM",
+                "set OPENAI_API_KEY_PARAM to the SSM parameter holding the OpenAI API key (or OPENAI_API_KEY locally)",
+            )
+        })?;
+        let base_url = env
+            .string_or("OPENAI_BASE_URL", "https://api.openai.com")
+            .trim_end_matches('/')
+            .to_string();
+        let uri: http::Uri = base_url
+            .parse()
+            .map_err(|_| ConfigError::new("OPENAI_BASE_URL", "not a URL"))?;
+        if !matches!(uri.scheme_str(), Some("https" | "http")) || uri.host().is_none() {
+            return Err(ConfigError::new(
+                "OPENAI_BASE_URL",
+                "must be an http(s) URL such as https://api.openai.com",
+            ));
+        }
+        let model = env.string_or("REALTIME_MODEL", "gpt-realtime");
+        let voices: Vec<String> = env
+            .string_or("REALTIME_VOICES", "marin,cedar")
+            .split(',')
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .collect();
+        if voices.is_empty()
+            || voices.iter().any(|v| {
+                v.len() > 32
+                    || !v
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            })
+        {
+            return Err(ConfigError::new(
+                "REALTIME_VOICES",
+                "a comma-separated list of voice names (letters, digits, _ or -), e.g. marin,cedar",
+            ));
+        }
+        let expires_after = env.seconds_or("REALTIME_EXPIRES_AFTER_SECONDS", 600, 10)?;
+        if expires_after > Duration::from_secs(7200) {
+            return Err(ConfigError::new(
+                "REALTIME_EXPIRES_AFTER_SECONDS",
+                "must be between 10 and 7200",
+            ));
+        }
+        Ok(Self {
+            api_key,
+            base_url,
+            model,
+            voices,
+            expires_after,
+            upstream_timeout: env.seconds_or("UPSTREAM_TIMEOUT_SECONDS", 5, 1)?,
+            idempotency_table: env.string_or("IDEMPOTENCY_TABLE", "tollgate-session-idempotency"),
+            idempotency_ttl: env.seconds_or("IDEMPOTENCY_TTL_SECONDS", 86_400, 60)?,
+        })
+    }
+
+    pub fn default_voice(&self) -> &str {
+        &self.voices[0]
+    }
+}

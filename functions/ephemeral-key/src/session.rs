@@ -1,0 +1,251 @@
+//! `POST /session`: a short-lived OpenAI Realtime client secret for a browser voice client.
+//!
+//! Anyone may call this route, and every secret it mints costs money, so the order matters:
+//!
+//! 1. kill switch, client address, internal token ([`Gate::front`]);
+//! 2. upstream cooldown: while the provider is failing, answer 503 at once (no quota used);
+//! 3. limits: `ip` (skipped for internal callers) and `global` (the spend cap);
+//! 4. the body (an optional voice from the allowlist) and the optional `Idempotency-Key`;
+//! 5. the idempotency claim (two-phase, scoped to the client address): a retry after a lost
+//!    response gets the same unexpired secret back, with its quota given back;
+//! 6. the API key (SSM, cached) and the upstream call.
+//!
+//! A failure on our side (upstream, secret store, our tables) gives the caller's quota back, so
+//! an outage never locks a caller out (lesson 000), and frees the idempotency key for a retry.
+
+use http::header::{HeaderValue, CACHE_CONTROL};
+use http::StatusCode;
+use lambda_http::{Body, Request, Response};
+use serde::Serialize;
+use serde_json::Value;
+use tollgate::cooldown::Cooldown;
+use tollgate::gate::Gate;
+use tollgate::http::{body_bytes, json_response};
+use tollgate::idempotency::{
+    fingerprint, Claim, Existing, IdempotencyKey, IdempotencyStore, Lease, Scope, StoredResponse,
+    IDEMPOTENCY_KEY_HEADER,
+};
+use tollgate::json::strict_object;
+use tollgate::ratelimit::{Admission, Layer};
+use tollgate::ApiError;
+
+use crate::config::SessionSettings;
+use crate::upstream::{ClientSecret, SecretRequest, Upstream, UpstreamError};
+
+/// The cooldown key of the upstream.
+const UPSTREAM: &str = "openai";
+/// The route idempotency keys are scoped to.
+const ROUTE: &str = "POST /session";
+
+/// What `POST /session` needs besides the gate.
+#[derive(Debug)]
+pub struct Sessions {
+    pub settings: SessionSettings,
+    pub upstream: Upstream,
+    pub idempotency: IdempotencyStore,
+    pub cooldown: Cooldown,
+}
+
+#[derive(Serialize)]
+struct Minted<'a> {
+    client_secret: &'a str,
+    expires_at: u64,
+    model: &'a str,
+    voice: &'a str,
+}
+
+impl Sessions {
+    pub async fn post(
+        &self,
+        gate: &Gate,
+        req: &Request,
+        admission: &mut Admission,
+    ) -> Result<Response<Body>, ApiError> {
+        let caller = gate.front(req).await?;
+        if let Some(retry_after) = self.cooldown.remaining(UPSTREAM) {
+            tracing::info!(
+                decision = "rejected",
+                layer = "upstream_cooldown",
+                "upstream cooling down"
+            );
+            return Err(ApiError::Unavailable { retry_after });
+        }
+        let ip = caller.addr.to_string();
+        gate.limit(admission, &caller, &[(Layer::Ip, &ip), (Layer::Global, "")])
+            .await?;
+
+        let (voice, canonical) = self.voice(body_bytes(req, gate.settings.max_body_bytes)?)?;
+        let key = match req.headers().get(IDEMPOTENCY_KEY_HEADER) {
+            None => None,
+            Some(v) => Some(IdempotencyKey::parse(Some(v.as_bytes())).map_err(|e| {
+                ApiError::BadRequest {
+                    detail: e.to_string(),
+                }
+            })?),
+        };
+
+        let lease = match &key {
+            None => None,
+            Some(key) => {
+                let scope = Scope::new(&ip, ROUTE, key);
+                match self
+                    .idempotency
+                    .claim(&scope, &fingerprint(&canonical), self.lease())
+                    .await
+                {
+                    Ok(Claim::Acquired(lease)) => Some(lease),
+                    Ok(Claim::Existing(existing)) => {
+                        if matches!(existing, Existing::Replay(_)) {
+                            // The retry of a request that already got its secret uses no quota.
+                            gate.limiter.refund(admission).await;
+                            tracing::info!(decision = "replayed", "idempotent replay");
+                        }
+                        return existing.into_result();
+                    }
+                    Err(e) => {
+                        gate.limiter.refund(admission).await;
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
+
+        match self.mint(gate, &voice).await {
+            Ok(secret) => {
+                let response = self.minted(&secret, &voice);
+                if let Some(lease) = &lease {
+                    self.complete(lease, &response, secret.expires_at).await;
+                }
+                Ok(response)
+            }
+            Err(e) => {
+                if let Some(lease) = &lease {
+                    if let Err(release) = self.idempotency.release(lease).await {
+                        tracing::warn!(error = %release, "could not release the idempotency key; it frees itself when the lease ends");
+                    }
+                }
+                gate.limiter.refund(admission).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The lease of a claim: long enough for a secret fetch and two upstream calls.
+    fn lease(&self) -> std::time::Duration {
+        self.settings.upstream_timeout * 2 + std::time::Duration::from_secs(5)
+    }
+
+    /// The voice asked for (or the default) and the body as a value for the fingerprint.
+    fn voice(&self, body: &[u8]) -> Result<(String, Value), ApiError> {
+        let bad = |detail: String| ApiError::BadRequest { detail };
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok((
+                self.settings.default_voice().to_string(),
+                Value::Object(Default::default()),
+            ));
+        }
+        let object = strict_object(body).map_err(|e| bad(e.to_string()))?;
+        let mut voice = self.settings.default_voice().to_string();
+        for (name, value) in &object.members {
+            match (name.as_str(), value) {
+                ("voice", Value::String(v)) if self.settings.voices.contains(v) => {
+                    voice = v.clone()
+                }
+                ("voice", _) => {
+                    return Err(bad(format!(
+                        "voice must be one of: {}.",
+                        self.settings.voices.join(", ")
+                    )))
+                }
+                _ => return Err(bad("Unknown field: only voice is accepted.".into())),
+            }
+        }
+        Ok((voice, object.value))
+    }
+
+    /// The API key, the upstream call, and the one retry after the key was refused.
+    async fn mint(&self, gate: &Gate, voice: &str) -> Result<ClientSecret, ApiError> {
+        let request = SecretRequest {
+            model: &self.settings.model,
+            voice,
+            expires_after_secs: self.settings.expires_after.as_secs(),
+        };
+        let key = gate
+            .secrets
+            .get(&self.settings.api_key)
+            .await
+            .inspect_err(|_| {
+                tracing::info!(
+                    decision = "failed",
+                    layer = "secrets",
+                    "API key unavailable"
+                );
+            })?;
+        let first = self.upstream.mint(&key, &request).await;
+        let result = match first {
+            Err(UpstreamError::Refused { status }) => {
+                // The key may have been rotated since we cached it: fetch it again, once.
+                tracing::warn!(
+                    status,
+                    "upstream refused the API key; fetching it again and retrying once"
+                );
+                let key = gate.secrets.refetch(&self.settings.api_key).await?;
+                self.upstream.mint(&key, &request).await
+            }
+            other => other,
+        };
+        match result {
+            Ok(secret) => {
+                self.cooldown.clear(UPSTREAM);
+                Ok(secret)
+            }
+            Err(UpstreamError::Refused { status }) => {
+                tracing::error!(
+                    status,
+                    "OpenAI refused the API key twice, the second time freshly read from SSM: put a valid key into the OPENAI_API_KEY_PARAM parameter"
+                );
+                Err(ApiError::Internal)
+            }
+            Err(e) => {
+                let pause = e
+                    .retry_after()
+                    .map(std::time::Duration::from_secs)
+                    .unwrap_or_default()
+                    .max(gate.settings.upstream_cooldown);
+                let retry_after = self.cooldown.start(UPSTREAM, pause);
+                tracing::warn!(error = %e, retry_after, "upstream failed; cooling down");
+                Err(ApiError::Unavailable { retry_after })
+            }
+        }
+    }
+
+    fn minted(&self, secret: &ClientSecret, voice: &str) -> Response<Body> {
+        let mut response = json_response(
+            StatusCode::OK,
+            &Minted {
+                client_secret: &secret.value,
+                expires_at: secret.expires_at,
+                model: &self.settings.model,
+                voice,
+            },
+        );
+        // A secret: no cache anywhere may keep it.
+        response
+            .headers_mut()
+            .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
+
+    /// Stores the response under the key until the secret expires.
+    async fn complete(&self, lease: &Lease, response: &Response<Body>, expires_at: u64) {
+        let stored = StoredResponse::capture(response);
+        if let Err(e) = self
+            .idempotency
+            .complete(lease, &stored, Some(expires_at))
+            .await
+        {
+            // The client has its secret; a retry after the lease ends would mint another.
+            tracing::warn!(error = %e, "could not store the minted secret under the idempotency key");
+        }
+    }
+}
