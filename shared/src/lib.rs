@@ -28,6 +28,7 @@ pub mod ids;
 pub mod internal;
 pub mod json;
 pub mod kill_switch;
+pub mod metrics;
 pub mod problem;
 pub mod ratelimit;
 pub mod secrets;

@@ -78,6 +78,7 @@ impl App {
         let span = tracing::info_span!("request", request_id = %request_id, function = FUNCTION);
         let mut admission = Admission::default();
         let result = self.route(&req, &mut admission).instrument(span).await;
+        tollgate::metrics::record(FUNCTION, &result);
         respond(result, &request_id, Some(&admission))
     }
 

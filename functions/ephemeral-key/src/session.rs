@@ -214,6 +214,7 @@ impl Sessions {
                     .max(gate.settings.upstream_cooldown);
                 let retry_after = self.cooldown.start(UPSTREAM, pause);
                 tracing::warn!(error = %e, retry_after, "upstream failed; cooling down");
+                tollgate::metrics::emit(crate::FUNCTION, tollgate::metrics::Event::UpstreamFailure);
                 Err(ApiError::Unavailable { retry_after })
             }
         }

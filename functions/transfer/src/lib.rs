@@ -100,6 +100,7 @@ impl App {
             .route(&req, &request_id, &mut admission)
             .instrument(span)
             .await;
+        tollgate::metrics::record(FUNCTION, &result);
         respond(result, &request_id, Some(&admission))
     }
 
