@@ -1,6 +1,7 @@
 //! The shared guards against DynamoDB Local (and an SSM stand-in over HTTP).
 
 mod client_address;
+mod fault_proxy;
 mod internal_callers;
 mod kill_switch;
 mod rate_limits;

@@ -107,12 +107,21 @@ impl FaultProxy {
     /// for the same operation fire in the order they were armed, one per request.
     pub fn arm(&self, operation: &str, fault: Fault) {
         let mut armed = self.state.armed.lock().unwrap();
-        armed.entry(operation.to_string()).or_default().push_back(fault);
+        armed
+            .entry(operation.to_string())
+            .or_default()
+            .push_back(fault);
     }
 
     /// Requests for `operation` that reached the proxy, faulted ones included.
     pub fn seen(&self, operation: &str) -> usize {
-        self.state.seen.lock().unwrap().get(operation).copied().unwrap_or(0)
+        self.state
+            .seen
+            .lock()
+            .unwrap()
+            .get(operation)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Faults fired so far.
@@ -158,7 +167,10 @@ async fn serve(mut client: Peer, upstream: &str, state: &State) -> io::Result<()
             // Returning drops the stream: the client sees the connection close.
             Some(Fault::DropRequest) => return Ok(()),
             Some(Fault::ServerError) => {
-                client.stream.write_all(&server_error(req.operation())).await?;
+                client
+                    .stream
+                    .write_all(&server_error(req.operation()))
+                    .await?;
                 if req.close {
                     return Ok(());
                 }
@@ -171,7 +183,10 @@ async fn serve(mut client: Peer, upstream: &str, state: &State) -> io::Result<()
             Ok(resp) => resp,
             Err(e) => {
                 let body = format!("fault proxy: upstream {upstream}: {e}");
-                client.stream.write_all(&response(502, "text/plain", &body)).await?;
+                client
+                    .stream
+                    .write_all(&response(502, "text/plain", &body))
+                    .await?;
                 return Ok(());
             }
         };
@@ -193,9 +208,9 @@ async fn forward(upstream: &str, raw: &[u8]) -> io::Result<Message> {
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     let mut peer = Peer::new(stream);
     peer.stream.write_all(raw).await?;
-    peer.read_message(IO_TIMEOUT, true).await?.ok_or_else(|| {
-        io::Error::new(io::ErrorKind::UnexpectedEof, "closed before responding")
-    })
+    peer.read_message(IO_TIMEOUT, true)
+        .await?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed before responding"))
 }
 
 fn server_error(operation: &str) -> Vec<u8> {
@@ -206,10 +221,16 @@ fn server_error(operation: &str) -> Vec<u8> {
     response(500, "application/x-amz-json-1.0", &body.to_string())
 }
 
+/// A response of the proxy's own. A 502 closes the connection after it (the proxy gives up on
+/// it); an injected 500 keeps it alive, as DynamoDB's own 500s do.
 fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
-    let reason = if status == 500 { "Internal Server Error" } else { "Bad Gateway" };
+    let (reason, connection) = if status == 500 {
+        ("Internal Server Error", "keep-alive")
+    } else {
+        ("Bad Gateway", "close")
+    };
     format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: {connection}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
@@ -242,7 +263,10 @@ struct Peer {
 
 impl Peer {
     fn new(stream: TcpStream) -> Self {
-        Self { stream, buf: Vec::new() }
+        Self {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     /// Reads more bytes; `Ok(false)` on end of stream.
@@ -258,7 +282,11 @@ impl Peer {
     /// The next complete message, or `None` if the peer closed cleanly between messages.
     /// `first_wait` bounds the wait for its first byte; later bytes get [`IO_TIMEOUT`]. A response
     /// framed by neither length nor chunking runs to the end of the stream.
-    async fn read_message(&mut self, first_wait: Duration, is_response: bool) -> io::Result<Option<Message>> {
+    async fn read_message(
+        &mut self,
+        first_wait: Duration,
+        is_response: bool,
+    ) -> io::Result<Option<Message>> {
         let eof = || io::Error::new(io::ErrorKind::UnexpectedEof, "closed mid-message");
         let head_end = loop {
             if let Some(i) = find(&self.buf, b"\r\n\r\n", 0) {
@@ -267,16 +295,26 @@ impl Peer {
             if self.buf.len() > MAX_HEAD {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "head too large"));
             }
-            let wait = if self.buf.is_empty() { first_wait } else { IO_TIMEOUT };
+            let wait = if self.buf.is_empty() {
+                first_wait
+            } else {
+                IO_TIMEOUT
+            };
             if !self.fill(wait).await? {
-                return if self.buf.is_empty() { Ok(None) } else { Err(eof()) };
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(eof())
+                };
             }
         };
         let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
         let header = |name: &str| {
             head.lines().skip(1).find_map(|line| {
                 let (k, v) = line.split_once(':')?;
-                k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                k.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_string())
             })
         };
         let has = |name: &str, token: &str| {
@@ -293,9 +331,9 @@ impl Peer {
                 }
             }
         } else if let Some(len) = header("content-length") {
-            let len: usize = len.parse().map_err(|_| {
-                io::Error::new(io::ErrorKind::InvalidData, "bad content-length")
-            })?;
+            let len: usize = len
+                .parse()
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad content-length"))?;
             while self.buf.len() < head_end + len {
                 if !self.fill(IO_TIMEOUT).await? {
                     return Err(eof());
@@ -310,7 +348,11 @@ impl Peer {
             head_end
         };
         let raw = self.buf.drain(..end).collect();
-        Ok(Some(Message { raw, target: header("x-amz-target"), close }))
+        Ok(Some(Message {
+            raw,
+            target: header("x-amz-target"),
+            close,
+        }))
     }
 }
 

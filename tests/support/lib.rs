@@ -7,7 +7,10 @@
 pub mod counting;
 pub mod dynamo;
 pub mod events;
+pub mod fault_proxy;
+pub mod openai;
 pub mod pipeline;
+pub mod session;
 pub mod ssm;
 pub mod transfer;
 

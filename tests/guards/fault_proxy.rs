@@ -1,0 +1,337 @@
+//! The fault proxy against DynamoDB Local, and what the SDK does when a response is lost.
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use aws_sdk_dynamodb::Client;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tollgate_tests::counting::RequestCounter;
+use tollgate_tests::dynamo;
+use tollgate_tests::fault_proxy::{Fault, FaultProxy};
+
+fn unique(what: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("fp{}-{n}-{nanos}-{what}", std::process::id())
+}
+
+/// A proxy in front of DynamoDB Local, a client through it and a fresh table made directly.
+async fn setup() -> (FaultProxy, Client, RequestCounter, String) {
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let (ddb, counter) = dynamo::client_at(&proxy.endpoint());
+    let table = unique("t");
+    dynamo::create_pk_table(&dynamo::client().0, &table).await;
+    (proxy, ddb, counter, table)
+}
+
+/// How many items with partition key `pk` exist, read directly (not through the proxy).
+async fn count_items(table: &str, pk: &str) -> usize {
+    dynamo::scan_all(&dynamo::client().0, table)
+        .await
+        .iter()
+        .filter(|item| {
+            item.get("pk")
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str)
+                == Some(pk)
+        })
+        .count()
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+#[tokio::test]
+async fn passes_requests_through() {
+    let (proxy, ddb, _, table) = setup().await;
+    ddb.put_item()
+        .table_name(&table)
+        .item("pk", s("a"))
+        .item("v", s("1"))
+        .send()
+        .await
+        .unwrap();
+    let got = ddb
+        .get_item()
+        .table_name(&table)
+        .key("pk", s("a"))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.item().unwrap()["v"], s("1"));
+    assert_eq!(proxy.seen("PutItem"), 1);
+    assert_eq!(proxy.seen("GetItem"), 1);
+    assert_eq!(proxy.fired(), 0);
+}
+
+#[tokio::test]
+async fn keeps_client_connections_alive_and_reads_chunked_bodies() {
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let addr = proxy.endpoint().trim_start_matches("http://").to_string();
+    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    // Unsigned requests: DynamoDB Local answers them (with an error), which is all this needs.
+    let body = "{}";
+    let by_length = format!(
+        "POST / HTTP/1.1\r\nhost: {addr}\r\nx-amz-target: DynamoDB_20120810.ListTables\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let chunked = format!(
+        "POST / HTTP/1.1\r\nhost: {addr}\r\nx-amz-target: DynamoDB_20120810.ListTables\r\ncontent-type: application/x-amz-json-1.0\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    );
+    for (i, req) in [&by_length, &chunked, &by_length].into_iter().enumerate() {
+        conn.write_all(req.as_bytes()).await.unwrap();
+        let head = read_response_head(&mut conn).await;
+        assert!(head.starts_with("HTTP/1.1 "), "response {i}: {head:?}");
+    }
+    assert_eq!(proxy.seen("ListTables"), 3);
+}
+
+/// Reads one response (content-length framed, as DynamoDB Local sends) and returns its head.
+async fn read_response_head(conn: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let read = async {
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = conn.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "proxy closed a kept-alive connection");
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
+                    .expect("content-length");
+                if body.len() >= len {
+                    return head.to_string();
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("response in time")
+}
+
+#[tokio::test]
+async fn lost_put_response_after_commit() {
+    let (proxy, ddb, counter, table) = setup().await;
+    proxy.arm("PutItem", Fault::DropResponseAfterCommit);
+    let result = ddb
+        .put_item()
+        .table_name(&table)
+        .item("pk", s("once"))
+        .condition_expression("attribute_not_exists(pk)")
+        .send()
+        .await;
+    match &result {
+        Ok(_) => eprintln!("PutItem after a lost response: Ok"),
+        Err(e) => eprintln!(
+            "PutItem after a lost response: Err, conditional check failed: {}\n{e:?}",
+            e.as_service_error()
+                .is_some_and(|e| e.is_conditional_check_failed_exception())
+        ),
+    }
+    eprintln!(
+        "PutItem attempts: proxy saw {}, SDK sent {}",
+        proxy.seen("PutItem"),
+        counter.get("PutItem")
+    );
+    assert_eq!(count_items(&table, "once").await, 1);
+    assert_eq!(proxy.fired(), 1);
+    assert!(proxy.seen("PutItem") >= 1);
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried() {
+    let (proxy, ddb, counter, table) = setup().await;
+    ddb.put_item()
+        .table_name(&table)
+        .item("pk", s("a"))
+        .send()
+        .await
+        .unwrap();
+    proxy.arm("GetItem", Fault::ServerError);
+    let got = ddb
+        .get_item()
+        .table_name(&table)
+        .key("pk", s("a"))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert!(got.item().is_some());
+    assert_eq!(proxy.seen("GetItem"), 2);
+    assert_eq!(counter.get("GetItem"), 2);
+    assert_eq!(proxy.fired(), 1);
+}
+
+#[tokio::test]
+async fn a_dropped_request_is_retried_and_a_delay_only_delays() {
+    let (proxy, ddb, _, table) = setup().await;
+    proxy.arm("PutItem", Fault::DropRequest);
+    proxy.arm("PutItem", Fault::Delay(Duration::from_millis(300)));
+    ddb.put_item()
+        .table_name(&table)
+        .item("pk", s("a"))
+        .condition_expression("attribute_not_exists(pk)")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxy.seen("PutItem"), 2);
+    assert_eq!(proxy.fired(), 2);
+
+    proxy.arm("GetItem", Fault::Delay(Duration::from_millis(300)));
+    let start = Instant::now();
+    let got = ddb
+        .get_item()
+        .table_name(&table)
+        .key("pk", s("a"))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert!(got.item().is_some());
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert_eq!(proxy.seen("GetItem"), 1);
+    assert_eq!(count_items(&table, "a").await, 1);
+}
+
+#[tokio::test]
+async fn lost_transaction_response_with_a_client_request_token() {
+    let (proxy, ddb, counter, table) = setup().await;
+    proxy.arm("TransactWriteItems", Fault::DropResponseAfterCommit);
+    let put = Put::builder()
+        .table_name(&table)
+        .item("pk", s("tx"))
+        .condition_expression("attribute_not_exists(pk)")
+        .build()
+        .unwrap();
+    let token = unique("tok");
+    let transaction = ddb
+        .transact_write_items()
+        .transact_items(TransactWriteItem::builder().put(put).build())
+        .client_request_token(&token);
+    let result = transaction.clone().send().await;
+    match &result {
+        Ok(_) => eprintln!("TransactWriteItems after a lost response: Ok"),
+        Err(e) => {
+            let reasons = e
+                .as_service_error()
+                .and_then(|e| match e {
+                    TransactWriteItemsError::TransactionCanceledException(e) => Some(e),
+                    _ => None,
+                })
+                .map(|e| {
+                    e.cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().unwrap_or("-").to_string())
+                        .collect::<Vec<_>>()
+                });
+            eprintln!("TransactWriteItems after a lost response: Err, cancellation reasons {reasons:?}\n{e:?}");
+        }
+    }
+    eprintln!(
+        "TransactWriteItems attempts: proxy saw {}, SDK sent {}",
+        proxy.seen("TransactWriteItems"),
+        counter.get("TransactWriteItems")
+    );
+    // A separate call, later, with the same token and parameters.
+    let again = transaction.send().await;
+    eprintln!(
+        "TransactWriteItems again with the same token: {:?}",
+        again.map(|_| ())
+    );
+    assert_eq!(count_items(&table, "tx").await, 1);
+    assert_eq!(proxy.fired(), 1);
+}
+
+/// The SDK fills `client_request_token` itself when it is not set (the model marks it as an
+/// idempotency token) once per operation, before the retry loop: every attempt carries the same
+/// token, so the retry after a lost response is idempotent even without an explicit token.
+#[tokio::test]
+async fn lost_transaction_response_without_a_client_request_token() {
+    let (proxy, ddb, counter, table) = setup().await;
+    proxy.arm("TransactWriteItems", Fault::DropResponseAfterCommit);
+    let put = Put::builder()
+        .table_name(&table)
+        .item("pk", s("tx"))
+        .condition_expression("attribute_not_exists(pk)")
+        .build()
+        .unwrap();
+    let result = ddb
+        .transact_write_items()
+        .transact_items(TransactWriteItem::builder().put(put).build())
+        .send()
+        .await;
+    eprintln!(
+        "TransactWriteItems (no explicit token) after a lost response: {:?}, attempts: proxy saw {}, SDK sent {}",
+        result.as_ref().map(|_| ()),
+        proxy.seen("TransactWriteItems"),
+        counter.get("TransactWriteItems")
+    );
+    assert_eq!(count_items(&table, "tx").await, 1);
+    assert_eq!(proxy.fired(), 1);
+}
+
+/// Without retries the lost response surfaces as a dispatch failure (hyper's `IncompleteMessage`,
+/// classified transient): indistinguishable from a request that never arrived, yet committed.
+#[tokio::test]
+async fn without_retries_a_lost_response_is_a_dispatch_failure() {
+    let (proxy, ddb, _, table) = setup().await;
+    proxy.arm("PutItem", Fault::DropResponseAfterCommit);
+    let result = ddb
+        .put_item()
+        .table_name(&table)
+        .item("pk", s("a"))
+        .customize()
+        .config_override(
+            aws_sdk_dynamodb::Config::builder()
+                .retry_config(RetryConfig::standard().with_max_attempts(1)),
+        )
+        .send()
+        .await;
+    match result {
+        Err(SdkError::DispatchFailure(e)) => eprintln!("PutItem without retries: {e:?}"),
+        other => panic!("expected a dispatch failure, got {other:?}"),
+    }
+    assert_eq!(count_items(&table, "a").await, 1);
+    assert_eq!(proxy.seen("PutItem"), 1);
+}
+
+#[tokio::test]
+async fn dropping_the_proxy_stops_listening() {
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let addr = proxy.endpoint().trim_start_matches("http://").to_string();
+    let kept = TcpStream::connect(&addr).await.unwrap();
+    drop(proxy);
+    // Aborted tasks are dropped at the runtime's next turn: wait for it, boundedly.
+    let refused = async {
+        while TcpStream::connect(&addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), refused)
+        .await
+        .expect("the listener closes after the proxy is dropped");
+    // The connection it was serving is closed too.
+    let mut kept = kept;
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), kept.read(&mut byte)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+}
