@@ -88,7 +88,8 @@ async fn new_app(limits: &str) -> (App, Tables, aws_sdk_dynamodb::Client) {
     let (_, clock) = manual_clock();
     let mut env = Env::from_pairs(tables.env_pairs());
     env.set("SESSION_RATE_LIMITS", limits)
-        .set("INTERNAL_TOKEN", TOKEN);
+        .set("INTERNAL_TOKEN", TOKEN)
+        .set("OPENAI_API_KEY", "sk-unused");
     let app = App::from_env(&env, ddb.clone(), None, clock).unwrap();
     (app, tables, ddb)
 }

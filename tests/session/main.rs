@@ -1,0 +1,5 @@
+//! The session endpoint against DynamoDB Local, with OpenAI and SSM stood in over HTTP.
+
+mod idempotency;
+mod limits;
+mod upstream;

@@ -1,0 +1,70 @@
+//! A committed transaction whose response is lost on the wire (a fault proxy between the SDK
+//! and DynamoDB Local drops it): still exactly one transfer and a correct reply.
+
+use tollgate_tests::dynamo;
+use tollgate_tests::fault_proxy::{Fault, FaultProxy};
+use tollgate_tests::json_body;
+use tollgate_tests::transfer::TransferHarness;
+
+async fn through_proxy() -> (TransferHarness, FaultProxy) {
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let (ddb, counter) = dynamo::client_at(&proxy.endpoint());
+    (TransferHarness::build(ddb, counter, &[]).await, proxy)
+}
+
+#[tokio::test]
+async fn a_lost_response_after_commit_is_still_one_transfer_and_a_201() {
+    for drops in [1, 3] {
+        // One drop: the SDK's own retry resends the attempt. Three: the SDK gives up (its
+        // three attempts all lost) and the ledger resends the same attempt itself.
+        let (h, proxy) = through_proxy().await;
+        let alice = h.client("alice").await;
+        let a = h.account(&alice, 1_000, "JPY").await;
+        let b = h.account(&alice, 0, "JPY").await;
+        for _ in 0..drops {
+            proxy.arm("TransactWriteItems", Fault::DropResponseAfterCommit);
+        }
+        let resp = h
+            .send(h.post(&alice, "lost", &TransferHarness::body(&a, &b, 300)))
+            .await;
+        assert_eq!(resp.status(), 201, "{drops} drops: {:?}", json_body(&resp));
+        assert!(
+            resp.headers().get("idempotent-replayed").is_none(),
+            "the first answer, not a replay"
+        );
+        assert_eq!(proxy.fired(), drops);
+        assert!(
+            proxy.seen("TransactWriteItems") > drops,
+            "the attempt was sent again"
+        );
+        assert_eq!(
+            (h.balance(&a).await, h.balance(&b).await),
+            (700, 300),
+            "{drops} drops"
+        );
+        assert_eq!(h.count(&h.tables.transfers).await, 1);
+
+        // The client, which may not have seen the 201 either, retries: the same bytes back.
+        let retry = h
+            .send(h.post(&alice, "lost", &TransferHarness::body(&a, &b, 300)))
+            .await;
+        assert_eq!(retry.headers()["idempotent-replayed"], "true");
+        assert_eq!(retry.body().as_ref(), resp.body().as_ref());
+    }
+}
+
+#[tokio::test]
+async fn a_request_dropped_before_dynamodb_saw_it_commits_once_on_the_retry() {
+    let (h, proxy) = through_proxy().await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 1_000, "JPY").await;
+    let b = h.account(&alice, 0, "JPY").await;
+    proxy.arm("TransactWriteItems", Fault::DropRequest);
+    proxy.arm("TransactWriteItems", Fault::ServerError);
+    let resp = h
+        .send(h.post(&alice, "k", &TransferHarness::body(&a, &b, 1)))
+        .await;
+    assert_eq!(resp.status(), 201);
+    assert_eq!((h.balance(&a).await, h.balance(&b).await), (999, 1));
+    assert_eq!(h.count(&h.tables.transfers).await, 1);
+}
