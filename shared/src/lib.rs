@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod problem;
 pub mod ratelimit;
 pub mod secrets;
+pub mod serve;
 pub mod telemetry;
 
 pub use problem::ApiError;

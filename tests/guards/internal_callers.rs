@@ -4,6 +4,7 @@
 use ephemeral_key::App;
 use tollgate::config::Env;
 use tollgate::gate::Gate;
+use tollgate::serve::Function;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
 use tollgate_tests::events::Event;
 use tollgate_tests::pipeline::{guarded, settings};

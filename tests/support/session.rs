@@ -4,6 +4,7 @@ use ephemeral_key::App;
 use lambda_http::{Body, Request, Response};
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
+use tollgate::serve::Function;
 
 use crate::counting::RequestCounter;
 use crate::dynamo::{self, Tables};

@@ -4,6 +4,7 @@ use lambda_http::{Body, Request, Response};
 use secrecy::ExposeSecret;
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
+use tollgate::serve::Function;
 use transfer::App;
 
 use crate::counting::RequestCounter;

@@ -56,8 +56,8 @@ enum Route<'a> {
     Account(&'a str),
 }
 
-impl App {
-    pub fn from_env(
+impl tollgate::serve::Function for App {
+    fn from_env(
         env: &Env,
         ddb: aws_sdk_dynamodb::Client,
         ssm: Option<aws_sdk_ssm::Client>,
@@ -92,7 +92,7 @@ impl App {
     }
 
     /// Serves one request. Never fails: every error is a problem+json response.
-    pub async fn handle(&self, req: Request) -> Response<Body> {
+    async fn handle(&self, req: Request) -> Response<Body> {
         let request_id = request_id(&req);
         let span = tracing::info_span!("request", request_id = %request_id, function = FUNCTION);
         let mut admission = Admission::default();
@@ -103,7 +103,9 @@ impl App {
         tollgate::metrics::record(FUNCTION, &result);
         respond(result, &request_id, Some(&admission))
     }
+}
 
+impl App {
     async fn route(
         &self,
         req: &Request,
