@@ -12,13 +12,23 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// Why a body is not a usable JSON object. Display is the client-facing `detail`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a body is not a usable JSON object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
-    #[error("The body must be a JSON object.")]
+    #[error("body is not a JSON object")]
     NotAnObject,
-    #[error("The body has a duplicate member name.")]
+    #[error("body has a duplicate member name")]
     DuplicateMember,
+}
+
+impl BodyError {
+    /// The 400 `detail` a client sees.
+    pub fn detail(self) -> &'static str {
+        match self {
+            BodyError::NotAnObject => "The body must be a JSON object.",
+            BodyError::DuplicateMember => "The body has a duplicate member name.",
+        }
+    }
 }
 
 /// A JSON object's members in document order, and the object as a value (for fingerprints).

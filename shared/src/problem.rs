@@ -278,6 +278,22 @@ impl From<ClientAddrError> for ApiError {
     }
 }
 
+impl From<crate::idempotency::KeyError> for ApiError {
+    fn from(e: crate::idempotency::KeyError) -> Self {
+        ApiError::BadRequest {
+            detail: e.detail().into(),
+        }
+    }
+}
+
+impl From<crate::json::BodyError> for ApiError {
+    fn from(e: crate::json::BodyError) -> Self {
+        ApiError::BadRequest {
+            detail: e.detail().into(),
+        }
+    }
+}
+
 impl From<KillSwitchError> for ApiError {
     fn from(e: KillSwitchError) -> Self {
         match e {

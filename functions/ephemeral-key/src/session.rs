@@ -77,11 +77,7 @@ impl Sessions {
         let (voice, canonical) = self.voice(body_bytes(req, gate.settings.max_body_bytes)?)?;
         let key = match req.headers().get(IDEMPOTENCY_KEY_HEADER) {
             None => None,
-            Some(v) => Some(IdempotencyKey::parse(Some(v.as_bytes())).map_err(|e| {
-                ApiError::BadRequest {
-                    detail: e.to_string(),
-                }
-            })?),
+            Some(v) => Some(IdempotencyKey::parse(Some(v.as_bytes()))?),
         };
 
         let lease = match &key {
@@ -144,7 +140,7 @@ impl Sessions {
                 Value::Object(Default::default()),
             ));
         }
-        let object = strict_object(body).map_err(|e| bad(e.to_string()))?;
+        let object = strict_object(body)?;
         let mut voice = self.settings.default_voice().to_string();
         for (name, value) in &object.members {
             match (name.as_str(), value) {

@@ -87,7 +87,7 @@ pub struct TransferRequest {
 impl TransferRequest {
     /// Parses and validates a body. `Err` is the 400 `detail`.
     pub fn parse(body: &[u8], max_amount: u64) -> Result<Self, String> {
-        let object = strict_object(body).map_err(|e| e.to_string())?;
+        let object = strict_object(body).map_err(|e| e.detail().to_string())?;
         let mut from = None;
         let mut to = None;
         let mut amount = None;

@@ -169,10 +169,7 @@ impl App {
             req.headers()
                 .get(IDEMPOTENCY_KEY_HEADER)
                 .map(|v| v.as_bytes()),
-        )
-        .map_err(|e| ApiError::BadRequest {
-            detail: e.to_string(),
-        })?;
+        )?;
         let body = body_bytes(req, self.gate.settings.max_body_bytes)?;
         let transfer = TransferRequest::parse(body, self.settings.max_amount)
             .map_err(|detail| ApiError::BadRequest { detail })?;

@@ -13,17 +13,31 @@ pub const MAX_KEY_LEN: usize = 255;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
 
-/// Why a header value is not a key. Display is written for the client (`detail`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a header value is not a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    #[error("The Idempotency-Key header is required.")]
+    #[error("idempotency key missing")]
     Missing,
-    #[error("The Idempotency-Key header is empty.")]
+    #[error("idempotency key empty")]
     Empty,
-    #[error("The Idempotency-Key must be at most 255 characters.")]
+    #[error("idempotency key too long")]
     TooLong,
-    #[error("The Idempotency-Key must consist of visible ASCII characters only.")]
+    #[error("idempotency key not visible ASCII")]
     NotVisibleAscii,
+}
+
+impl KeyError {
+    /// The 400 `detail` a client sees.
+    pub fn detail(self) -> &'static str {
+        match self {
+            KeyError::Missing => "The Idempotency-Key header is required.",
+            KeyError::Empty => "The Idempotency-Key header is empty.",
+            KeyError::TooLong => "The Idempotency-Key must be at most 255 characters.",
+            KeyError::NotVisibleAscii => {
+                "The Idempotency-Key must consist of visible ASCII characters only."
+            }
+        }
+    }
 }
 
 impl IdempotencyKey {
