@@ -1,0 +1,146 @@
+//! `tollgate accounts create|show|deposit`: accounts of the transfer function.
+//!
+//! All three go through [`transfer::ledger::Ledger`], the code the function itself uses, so an
+//! account made here is exactly one the function can move money from. A deposit is the ledger's
+//! single conditional `UpdateItem` (`balance = balance + amount`, account must exist): atomic
+//! with respect to transfers running at the same time, with no read-modify-write window.
+
+use std::time::Duration;
+
+use clap::Subcommand;
+use tollgate::idempotency::IdempotencyStore;
+use transfer::config::is_currency_code;
+use transfer::domain::AccountId;
+use transfer::ledger::{Account, AccountError, Ledger};
+
+use super::{amount, Deps};
+use crate::error::CliError;
+use crate::output::Reply;
+use crate::table_names;
+
+/// Currency when neither `--currency` nor `DEFAULT_CURRENCY` is given (the function's default).
+const DEFAULT_CURRENCY: &str = "JPY";
+/// Longest client id accepted (ids are `cl_` and 32 hex digits; demo ids may differ).
+const MAX_CLIENT_ID: usize = 128;
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Creates an account owned by a client.
+    Create {
+        /// The owner's client id (from `clients create`).
+        #[arg(long)]
+        client: String,
+        /// Opening balance in minor units (a non-negative whole number).
+        #[arg(long, allow_negative_numbers = true)]
+        balance: String,
+        /// ISO 4217 code, three upper-case letters [default: DEFAULT_CURRENCY or JPY].
+        #[arg(long)]
+        currency: Option<String>,
+    },
+    /// Shows an account: balance, currency and owner.
+    Show {
+        /// The account id.
+        id: String,
+    },
+    /// Adds to an account's balance in one atomic write.
+    Deposit {
+        /// The account id.
+        id: String,
+        /// Amount in minor units (a positive whole number).
+        #[arg(long, allow_negative_numbers = true)]
+        amount: String,
+    },
+}
+
+pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, CliError> {
+    let ledger = ledger(deps);
+    let accounts = table_names::ACCOUNTS.resolve(deps.env);
+    match command {
+        Command::Create {
+            client,
+            balance,
+            currency,
+        } => {
+            let client = client.trim();
+            if client.is_empty()
+                || client.len() > MAX_CLIENT_ID
+                || !client.bytes().all(|b| b.is_ascii_graphic())
+            {
+                return Err(CliError::new(
+                    "--client must be a client id such as cl_0123... (visible ASCII, no spaces)",
+                ));
+            }
+            let balance = amount("--balance", balance, true)?;
+            let currency = match currency {
+                Some(c) => c.trim().to_string(),
+                None => deps.env.string_or("DEFAULT_CURRENCY", DEFAULT_CURRENCY),
+            };
+            if !is_currency_code(&currency) {
+                return Err(CliError::new(format!(
+                    "--currency must be three upper-case letters such as JPY (got {currency:?})"
+                )));
+            }
+            let account = ledger
+                .create_account(client, balance, &currency)
+                .await
+                .map_err(|e| CliError::store(format!("creating an account in {accounts}"), &e))?;
+            Ok(account_reply(&account))
+        }
+        Command::Show { id } => {
+            let id = account_id(id)?;
+            match ledger.account(id.as_str()).await {
+                Ok(Some(account)) => Ok(account_reply(&account)),
+                Ok(None) => Err(CliError::new(format!("no account {id} in {accounts}"))),
+                Err(e) => Err(CliError::store(format!("reading account {id}"), &e)),
+            }
+        }
+        Command::Deposit { id, amount: raw } => {
+            let id = account_id(id)?;
+            let amount = amount("--amount", raw, false)?;
+            match ledger.deposit(id.as_str(), amount).await {
+                Ok(account) => Ok(account_reply(&account)),
+                Err(AccountError::NotFound) => {
+                    Err(CliError::new(format!("no account {id} in {accounts}")))
+                }
+                Err(AccountError::Store(e)) => {
+                    Err(CliError::store(format!("depositing to account {id}"), &e))
+                }
+            }
+        }
+    }
+}
+
+/// The function's ledger over the tables named in the environment. The idempotency store and
+/// default currency only matter to transfers, which the CLI does not make.
+fn ledger(deps: &Deps<'_>) -> Ledger {
+    let idempotency = IdempotencyStore::new(
+        deps.ddb.clone(),
+        table_names::TRANSFER_IDEMPOTENCY.resolve(deps.env),
+        deps.clock.clone(),
+        Duration::from_secs(86_400),
+    );
+    Ledger::new(
+        deps.ddb.clone(),
+        table_names::ACCOUNTS.resolve(deps.env),
+        table_names::TRANSFERS.resolve(deps.env),
+        idempotency,
+        deps.clock.clone(),
+        DEFAULT_CURRENCY,
+    )
+}
+
+fn account_id(raw: &str) -> Result<AccountId, CliError> {
+    AccountId::parse(raw.trim()).ok_or_else(|| {
+        CliError::new(format!(
+            "{raw:?} is not an account id (1 to 64 of A-Z a-z 0-9 _ -)"
+        ))
+    })
+}
+
+fn account_reply(account: &Account) -> Reply {
+    Reply::new()
+        .field("account_id", &account.account_id)
+        .field("balance", account.balance)
+        .field("currency", &account.currency)
+        .field("client_id", &account.client_id)
+}

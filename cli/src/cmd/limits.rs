@@ -1,0 +1,149 @@
+//! `tollgate limits show|reset --function NAME --layer L [--key K]`: one rate-limit counter of
+//! the current window.
+//!
+//! The limit comes from the function's own variable (`SESSION_RATE_LIMITS`,
+//! `TRANSFER_RATE_LIMITS`) or its default, parsed by the library, so the CLI looks at the counter
+//! the function is counting right now, under the key the function uses:
+//!
+//! - `ip`: the client address as counted (IPv6 by its /64; a plain address is normalised);
+//! - `client`: a verified client id;
+//! - `global`: no key (`--key` is ignored).
+//!
+//! A reset deletes the current window's counter ([`RateLimiter::reset`]). Warm function instances
+//! that already saw the key full remember that in their in-process block cache until the window
+//! ends and keep refusing it without asking DynamoDB; the reset reaches them only through new
+//! instances (the library offers no way to tell running instances).
+
+use clap::{Args, Subcommand};
+use tollgate::ratelimit::{Layer, RateLimit, RateLimiter, RateLimits};
+
+use super::{client_addr, function, rfc3339, Deps};
+use crate::error::CliError;
+use crate::output::Reply;
+use crate::table_names;
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Shows the counter: count so far, the limit and when the window ends.
+    Show(CounterArgs),
+    /// Empties the counter so the key may be admitted again at once.
+    Reset(CounterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CounterArgs {
+    /// The function: ephemeral-key or transfer.
+    #[arg(long, value_name = "NAME")]
+    function: String,
+    /// ip, client or global.
+    #[arg(long)]
+    layer: String,
+    /// The client address (ip), the client id (client); not used for global.
+    #[arg(long)]
+    key: Option<String>,
+}
+
+/// One counter, resolved.
+struct Counter {
+    function: &'static str,
+    limit: RateLimit,
+    key: String,
+}
+
+pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, CliError> {
+    let args = match command {
+        Command::Show(a) | Command::Reset(a) => a,
+    };
+    let counter = counter(args, deps)?;
+    let table = table_names::RATE_LIMITS.resolve(deps.env);
+    // The block cache is for request floods; the CLI makes one call.
+    let limiter = RateLimiter::new(
+        deps.ddb.clone(),
+        &table,
+        counter.function,
+        deps.clock.clone(),
+        0,
+    );
+    match command {
+        Command::Show(_) => {
+            let usage = limiter
+                .usage(&counter.limit, &counter.key)
+                .await
+                .map_err(|e| CliError::store(format!("reading the counter in {table}"), &e))?;
+            Ok(counter
+                .reply()
+                .field("count", usage.count)
+                .field("limit", usage.limit)
+                .field("window_ends_at", usage.window_ends_at)
+                .note(format!(
+                    "Limit {}; this window ends {}.",
+                    counter.limit,
+                    rfc3339(usage.window_ends_at)
+                )))
+        }
+        Command::Reset(_) => {
+            limiter
+                .reset(&counter.limit, &counter.key)
+                .await
+                .map_err(|e| CliError::store(format!("resetting the counter in {table}"), &e))?;
+            Ok(counter.reply().field("reset", true).note(
+                "Warm function instances that saw this key full keep refusing it from memory \
+                 (their block cache) until the window ends; new instances see the reset at once.",
+            ))
+        }
+    }
+}
+
+impl Counter {
+    /// The fields naming the counter.
+    fn reply(&self) -> Reply {
+        Reply::new()
+            .field("function", self.function)
+            .field("layer", self.limit.layer().as_str())
+            .field("key", &self.key)
+    }
+}
+
+fn counter(args: &CounterArgs, deps: &Deps<'_>) -> Result<Counter, CliError> {
+    let function = function(&args.function)?;
+    let layer: Layer = args
+        .layer
+        .trim()
+        .parse()
+        .map_err(|e| CliError::new(format!("--layer: {e}")))?;
+    let (var, default) = limits_variable(function)?;
+    let spec = deps.env.get(var).unwrap_or(default);
+    let limits = RateLimits::parse(spec)
+        .map_err(|e| CliError::new(format!("configuration variable {var}: {e}")))?;
+    let limit = *limits.get(layer).ok_or_else(|| {
+        CliError::new(format!("{function} has no {layer} layer ({var}={limits})"))
+    })?;
+    let key = match layer {
+        Layer::Global => String::new(),
+        Layer::Ip => client_addr(required_key(args, layer)?)?,
+        Layer::Client => required_key(args, layer)?.trim().to_string(),
+    };
+    Ok(Counter {
+        function,
+        limit,
+        key: RateLimiter::layer_key(layer, &key).to_string(),
+    })
+}
+
+fn required_key(args: &CounterArgs, layer: Layer) -> Result<&str, CliError> {
+    args.key
+        .as_deref()
+        .filter(|k| !k.trim().is_empty())
+        .ok_or_else(|| CliError::new(format!("--key is required for the {layer} layer")))
+}
+
+/// The function's limits variable and its default, from the function's own crate.
+fn limits_variable(function: &str) -> Result<(&'static str, &'static str), CliError> {
+    match function {
+        ephemeral_key::FUNCTION => Ok((ephemeral_key::LIMITS_VAR, ephemeral_key::DEFAULT_LIMITS)),
+        transfer::FUNCTION => Ok((transfer::LIMITS_VAR, transfer::DEFAULT_LIMITS)),
+        other => Err(CliError::new(format!(
+            "no rate limits are known for {other}"
+        ))),
+    }
+}

@@ -1,0 +1,184 @@
+//! Which DynamoDB the CLI talks to.
+//!
+//! 1. The local stack. `cargo xtask dev` writes `.dev/stack.json`; when it exists in the working
+//!    directory or a parent (or `--stack-file` names one), its `dynamodb_endpoint` is used with
+//!    dummy credentials (`test`/`test`, `us-east-1`): DynamoDB Local accepts any, and an
+//!    operator's real AWS profile should never be sent to a local port. An explicit
+//!    `DYNAMODB_ENDPOINT` replaces the file's endpoint.
+//! 2. Otherwise the functions' own environment: [`tollgate::aws::load_config`] (region and
+//!    credentials the standard way) and [`tollgate::aws::dynamodb`] (`DYNAMODB_ENDPOINT`
+//!    honoured), so the CLI reaches exactly what the functions would in that shell.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::Client;
+use serde::Deserialize;
+use tollgate::config::Env;
+
+use crate::error::CliError;
+
+/// Where the local stack describes itself, relative to the directory it was started in.
+pub const STACK_FILE: &str = ".dev/stack.json";
+/// Region and credentials for DynamoDB Local.
+const LOCAL_REGION: &str = "us-east-1";
+const LOCAL_KEY: &str = "test";
+
+/// The DynamoDB to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The local stack's DynamoDB Local, with dummy credentials.
+    Local {
+        endpoint: String,
+        stack_file: PathBuf,
+    },
+    /// The functions' environment: SDK credentials and region, `DYNAMODB_ENDPOINT` when set.
+    Environment { endpoint: Option<String> },
+}
+
+impl Target {
+    /// Whether this target is something other than the regional AWS endpoint.
+    pub fn is_local(&self) -> bool {
+        match self {
+            Target::Local { .. } => true,
+            Target::Environment { endpoint } => endpoint.is_some(),
+        }
+    }
+}
+
+/// The fields of `.dev/stack.json` the CLI reads (the file has more).
+#[derive(Debug, Deserialize)]
+struct StackFile {
+    dynamodb_endpoint: String,
+}
+
+/// The nearest `.dev/stack.json` in `cwd` or its parents.
+pub fn find_stack_file(cwd: &Path) -> Option<PathBuf> {
+    cwd.ancestors()
+        .map(|dir| dir.join(STACK_FILE))
+        .find(|path| path.is_file())
+}
+
+/// Decides the target: `explicit` (`--stack-file`, relative to `cwd`), else a discovered stack
+/// file, else the environment. A named stack file must exist and be readable.
+pub fn resolve(env: &Env, cwd: &Path, explicit: Option<&Path>) -> Result<Target, CliError> {
+    let stack_file = match explicit {
+        Some(path) => Some(cwd.join(path)),
+        None => find_stack_file(cwd),
+    };
+    let endpoint_var = env.get("DYNAMODB_ENDPOINT").map(|e| e.trim().to_string());
+    let Some(stack_file) = stack_file else {
+        return Ok(Target::Environment {
+            endpoint: endpoint_var,
+        });
+    };
+    let text = std::fs::read_to_string(&stack_file).map_err(|e| {
+        CliError::new(format!(
+            "cannot read stack file {}: {e}",
+            stack_file.display()
+        ))
+    })?;
+    let stack: StackFile = serde_json::from_str(&text).map_err(|e| {
+        CliError::new(format!(
+            "stack file {} has no usable dynamodb_endpoint: {e}",
+            stack_file.display()
+        ))
+    })?;
+    Ok(Target::Local {
+        endpoint: endpoint_var.unwrap_or(stack.dynamodb_endpoint),
+        stack_file,
+    })
+}
+
+/// A DynamoDB client for `target`.
+pub async fn dynamodb(target: &Target, env: &Env) -> Client {
+    match target {
+        Target::Local { endpoint, .. } => {
+            let config = aws_sdk_dynamodb::Config::builder()
+                .behavior_version(BehaviorVersion::latest())
+                .region(Region::new(LOCAL_REGION))
+                .credentials_provider(Credentials::new(
+                    LOCAL_KEY,
+                    LOCAL_KEY,
+                    None,
+                    None,
+                    "tollgate-local-stack",
+                ))
+                .endpoint_url(endpoint)
+                // A stack that is not running should fail fast, not after the SDK's defaults.
+                .timeout_config(
+                    TimeoutConfig::builder()
+                        .connect_timeout(Duration::from_secs(2))
+                        .operation_attempt_timeout(Duration::from_secs(5))
+                        .build(),
+                )
+                .build();
+            Client::from_conf(config)
+        }
+        Target::Environment { .. } => {
+            let sdk = tollgate::aws::load_config().await;
+            tollgate::aws::dynamodb(&sdk, env)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-cli-connect-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_stack_file_in_a_parent_is_found_and_the_variable_wins() {
+        let root = temp_dir("parent");
+        std::fs::create_dir_all(root.join(".dev")).unwrap();
+        std::fs::write(
+            root.join(STACK_FILE),
+            r#"{"dynamodb_endpoint": "http://127.0.0.1:8000", "transfer_url": "x", "demo": {}}"#,
+        )
+        .unwrap();
+        let cwd = root.join("a/b");
+        assert_eq!(
+            resolve(&Env::default(), &cwd, None).unwrap(),
+            Target::Local {
+                endpoint: "http://127.0.0.1:8000".into(),
+                stack_file: root.join(STACK_FILE),
+            }
+        );
+        let env = Env::from_pairs([("DYNAMODB_ENDPOINT", "http://127.0.0.1:9000")]);
+        assert!(matches!(
+            resolve(&env, &cwd, None).unwrap(),
+            Target::Local { endpoint, .. } if endpoint == "http://127.0.0.1:9000"
+        ));
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn without_a_stack_file_the_environment_is_used() {
+        let root = temp_dir("none");
+        // Only meaningful when no ancestor of the temp dir has a stack file.
+        if find_stack_file(&root).is_none() {
+            assert_eq!(
+                resolve(&Env::default(), &root, None).unwrap(),
+                Target::Environment { endpoint: None }
+            );
+            assert!(!Target::Environment { endpoint: None }.is_local());
+        }
+        let err = resolve(&Env::default(), &root, Some(Path::new("missing.json"))).unwrap_err();
+        assert!(err.message().contains("missing.json"), "{err}");
+        std::fs::write(root.join("bad.json"), "{}").unwrap();
+        let err = resolve(&Env::default(), &root, Some(Path::new("bad.json"))).unwrap_err();
+        assert!(err.message().contains("dynamodb_endpoint"), "{err}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}
