@@ -40,29 +40,29 @@ pub const CONTROL: TableName = TableName {
 pub const CLIENTS: TableName = TableName {
     logical_id: "ClientsTable",
     env_var: "CLIENTS_TABLE",
-    default: "tollgate-clients",
+    default: transfer::config::DEFAULT_CLIENTS_TABLE,
 };
 pub const ACCOUNTS: TableName = TableName {
     logical_id: "AccountsTable",
     env_var: "ACCOUNTS_TABLE",
-    default: "tollgate-accounts",
+    default: transfer::config::DEFAULT_ACCOUNTS_TABLE,
 };
 pub const TRANSFERS: TableName = TableName {
     logical_id: "TransfersTable",
     env_var: "TRANSFERS_TABLE",
-    default: "tollgate-transfers",
+    default: transfer::config::DEFAULT_TRANSFERS_TABLE,
 };
 /// The transfer function's `IDEMPOTENCY_TABLE`.
 pub const TRANSFER_IDEMPOTENCY: TableName = TableName {
     logical_id: "TransferIdempotencyTable",
     env_var: "TRANSFER_IDEMPOTENCY_TABLE",
-    default: "tollgate-transfer-idempotency",
+    default: transfer::config::DEFAULT_IDEMPOTENCY_TABLE,
 };
 /// The ephemeral-key function's `IDEMPOTENCY_TABLE`.
 pub const SESSION_IDEMPOTENCY: TableName = TableName {
     logical_id: "SessionIdempotencyTable",
     env_var: "SESSION_IDEMPOTENCY_TABLE",
-    default: "tollgate-session-idempotency",
+    default: ephemeral_key::config::DEFAULT_IDEMPOTENCY_TABLE,
 };
 
 /// Every table of the template.

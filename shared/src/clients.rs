@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
@@ -81,21 +81,36 @@ impl ClientStore {
         }
     }
 
-    /// Creates a client with a fresh token.
+    /// Creates a client with a fresh token. Two items commit together: the token's hash (what
+    /// authentication looks up) and `client#<id>` (what lets an operator check that an id
+    /// exists, e.g. before opening an account for it).
     pub async fn create(&self, name: &str) -> Result<NewClient, ClientStoreError> {
         let client_id = crate::ids::new_id("cl");
         let token = format!("{TOKEN_PREFIX}{}", crate::ids::random_hex(32));
+        let created_at = AttributeValue::N((self.clock.now_ms() / 1000).to_string());
+        let put = |pk: String| {
+            Put::builder()
+                .table_name(&self.table)
+                .item("pk", AttributeValue::S(pk))
+                .item("client_id", AttributeValue::S(client_id.clone()))
+                .item("name", AttributeValue::S(name.to_string()))
+                .item("created_at", created_at.clone())
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .expect("table, item and condition are set")
+        };
         self.ddb
-            .put_item()
-            .table_name(&self.table)
-            .item("pk", AttributeValue::S(token_hash(&token)))
-            .item("client_id", AttributeValue::S(client_id.clone()))
-            .item("name", AttributeValue::S(name.to_string()))
-            .item(
-                "created_at",
-                AttributeValue::N((self.clock.now_ms() / 1000).to_string()),
+            .transact_write_items()
+            .transact_items(
+                TransactWriteItem::builder()
+                    .put(put(token_hash(&token)))
+                    .build(),
             )
-            .condition_expression("attribute_not_exists(pk)")
+            .transact_items(
+                TransactWriteItem::builder()
+                    .put(put(id_key(&client_id)))
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| err("create", e))?;
@@ -104,6 +119,20 @@ impl ClientStore {
             name: name.to_string(),
             token: SecretString::from(token),
         })
+    }
+
+    /// Whether a client with this id exists.
+    pub async fn exists(&self, client_id: &str) -> Result<bool, ClientStoreError> {
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(id_key(client_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| err("exists", e))?;
+        Ok(out.item().is_some())
     }
 
     /// The client id a bearer token belongs to, or `None` for an unknown token.
@@ -148,6 +177,11 @@ impl ClientStore {
         }
         Ok(id)
     }
+}
+
+/// The key of a client's id record. Token hashes are 64 hex digits, so the two never collide.
+fn id_key(client_id: &str) -> String {
+    format!("client#{client_id}")
 }
 
 /// The bearer token of an `Authorization: Bearer <token>` header value.

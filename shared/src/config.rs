@@ -151,6 +151,8 @@ pub struct GuardSettings {
     pub base_path: String,
     /// Keys remembered as full, per process.
     pub block_cache_capacity: usize,
+    /// How long a full key is remembered at most.
+    pub block_cache_max_age: Duration,
 }
 
 /// Default rate-limit table name (matches `template.yaml`'s local name).
@@ -204,6 +206,7 @@ impl GuardSettings {
             max_body_bytes,
             base_path,
             block_cache_capacity,
+            block_cache_max_age: env.seconds_or("RATE_LIMIT_BLOCK_CACHE_SECONDS", 5, 0)?,
         })
     }
 }

@@ -67,7 +67,8 @@ impl Gate {
                 &settings.function,
                 clock.clone(),
                 settings.block_cache_capacity,
-            ),
+            )
+            .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
             secrets,
             clock,
             settings,

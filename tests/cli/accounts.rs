@@ -30,8 +30,16 @@ async fn a_client_and_its_accounts_round_trip() {
         .unwrap();
     assert_eq!(who.as_deref(), Some(client_id));
     let items = tollgate_tests::dynamo::scan_all(&cli.ddb, cli.table("ClientsTable")).await;
-    assert_eq!(items.len(), 1);
-    assert_eq!(items[0]["pk"].as_s().unwrap(), &token_hash(token));
+    let mut stored: Vec<&str> = items
+        .iter()
+        .map(|i| i["pk"].as_s().unwrap().as_str())
+        .collect();
+    stored.sort();
+    let hash = token_hash(token);
+    let id_record = format!("client#{client_id}");
+    let mut expected = [id_record.as_str(), hash.as_str()];
+    expected.sort();
+    assert_eq!(stored, expected, "the token's hash and the id record");
     assert!(
         !format!("{items:?}").contains(token),
         "the token itself was stored"
@@ -131,8 +139,18 @@ async fn the_human_form_shows_the_token_once_and_nothing_else_does() {
 #[tokio::test]
 async fn deposits_add_up_under_concurrency() {
     let cli = TestCli::new().await;
+    let client = cli
+        .json(&["clients", "create", "--name", "depositor"])
+        .await;
     let a = cli
-        .json(&["accounts", "create", "--client", "cl_x", "--balance", "0"])
+        .json(&[
+            "accounts",
+            "create",
+            "--client",
+            client["client_id"].as_str().unwrap(),
+            "--balance",
+            "0",
+        ])
         .await;
     let id = a["account_id"].as_str().unwrap().to_string();
     let args = ["accounts", "deposit", id.as_str(), "--amount", "10"];

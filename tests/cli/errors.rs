@@ -51,6 +51,17 @@ async fn bad_account_input_is_refused_before_anything_is_written() {
         .fails(&["accounts", "create", "--client", " ", "--balance", "1"])
         .await;
     assert!(line.contains("--client"), "{line}");
+    let line = cli
+        .fails(&[
+            "accounts",
+            "create",
+            "--client",
+            "cl_nobody",
+            "--balance",
+            "1",
+        ])
+        .await;
+    assert!(line.contains("no client cl_nobody"), "{line}");
     let items = tollgate_tests::dynamo::scan_all(&cli.ddb, cli.table("AccountsTable")).await;
     assert!(items.is_empty(), "{items:?}");
 

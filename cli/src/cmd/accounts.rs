@@ -80,6 +80,21 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
                     "--currency must be three upper-case letters such as JPY (got {currency:?})"
                 )));
             }
+            let clients_table = crate::table_names::CLIENTS.resolve(deps.env);
+            let clients = tollgate::clients::ClientStore::new(
+                deps.ddb.clone(),
+                &clients_table,
+                deps.clock.clone(),
+                std::time::Duration::ZERO,
+            );
+            let known = clients.exists(client).await.map_err(|e| {
+                CliError::store(format!("looking up client {client} in {clients_table}"), &e)
+            })?;
+            if !known {
+                return Err(CliError::new(format!(
+                    "no client {client} in {clients_table}: create it first with `tollgate clients create --name N`"
+                )));
+            }
             let account = ledger
                 .create_account(client, balance, &currency)
                 .await
@@ -102,6 +117,10 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
                 Err(AccountError::NotFound) => {
                     Err(CliError::new(format!("no account {id} in {accounts}")))
                 }
+                Err(AccountError::BalanceLimit) => Err(CliError::new(format!(
+                    "the balance of {id} would exceed {}",
+                    transfer::ledger::MAX_BALANCE
+                ))),
                 Err(AccountError::Store(e)) => {
                     Err(CliError::store(format!("depositing to account {id}"), &e))
                 }

@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use tollgate::config::{ConfigError, Env, SecretSource};
 
+/// Default name of the session idempotency table.
+pub const DEFAULT_IDEMPOTENCY_TABLE: &str = "tollgate-session-idempotency";
+
 /// Settings beyond the shared guards.
 #[derive(Debug, Clone)]
 pub struct SessionSettings {
@@ -78,7 +81,7 @@ impl SessionSettings {
             voices,
             expires_after,
             upstream_timeout: env.seconds_or("UPSTREAM_TIMEOUT_SECONDS", 5, 1)?,
-            idempotency_table: env.string_or("IDEMPOTENCY_TABLE", "tollgate-session-idempotency"),
+            idempotency_table: env.string_or("IDEMPOTENCY_TABLE", DEFAULT_IDEMPOTENCY_TABLE),
             idempotency_ttl: env.seconds_or("IDEMPOTENCY_TTL_SECONDS", 86_400, 60)?,
         })
     }

@@ -4,6 +4,12 @@ use std::time::Duration;
 
 use tollgate::config::{ConfigError, Env};
 
+/// Default table names (the names `template.yaml` tables get locally).
+pub const DEFAULT_CLIENTS_TABLE: &str = "tollgate-clients";
+pub const DEFAULT_ACCOUNTS_TABLE: &str = "tollgate-accounts";
+pub const DEFAULT_TRANSFERS_TABLE: &str = "tollgate-transfers";
+pub const DEFAULT_IDEMPOTENCY_TABLE: &str = "tollgate-transfer-idempotency";
+
 /// Settings beyond the shared guards.
 #[derive(Debug, Clone)]
 pub struct TransferSettings {
@@ -38,10 +44,10 @@ impl TransferSettings {
             ));
         }
         Ok(Self {
-            clients_table: env.string_or("CLIENTS_TABLE", "tollgate-clients"),
-            accounts_table: env.string_or("ACCOUNTS_TABLE", "tollgate-accounts"),
-            transfers_table: env.string_or("TRANSFERS_TABLE", "tollgate-transfers"),
-            idempotency_table: env.string_or("IDEMPOTENCY_TABLE", "tollgate-transfer-idempotency"),
+            clients_table: env.string_or("CLIENTS_TABLE", DEFAULT_CLIENTS_TABLE),
+            accounts_table: env.string_or("ACCOUNTS_TABLE", DEFAULT_ACCOUNTS_TABLE),
+            transfers_table: env.string_or("TRANSFERS_TABLE", DEFAULT_TRANSFERS_TABLE),
+            idempotency_table: env.string_or("IDEMPOTENCY_TABLE", DEFAULT_IDEMPOTENCY_TABLE),
             idempotency_ttl: env.seconds_or("IDEMPOTENCY_TTL_SECONDS", 86_400, 60)?,
             max_amount,
             default_currency,

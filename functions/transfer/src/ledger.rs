@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
@@ -95,11 +96,17 @@ impl From<LedgerError> for ApiError {
     }
 }
 
+/// Largest balance an account may hold: amounts stay within a signed 64-bit integer, which
+/// every client language can represent.
+pub const MAX_BALANCE: u64 = i64::MAX as u64;
+
 /// Why `create_account` or `deposit` did nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum AccountError {
     #[error("no such account")]
     NotFound,
+    #[error("the balance would exceed {MAX_BALANCE}")]
+    BalanceLimit,
     #[error(transparent)]
     Store(#[from] LedgerError),
 }
@@ -501,18 +508,24 @@ impl Ledger {
         })
     }
 
-    /// Adds `amount` to an existing account in one conditional write (tests and demos).
+    /// Adds `amount` to an existing account in one conditional write (tests and demos). The
+    /// condition also keeps the balance at most [`MAX_BALANCE`].
     pub async fn deposit(&self, account_id: &str, amount: u64) -> Result<Account, AccountError> {
+        let ceiling = MAX_BALANCE
+            .checked_sub(amount)
+            .ok_or(AccountError::BalanceLimit)?;
         let result = self
             .ddb
             .update_item()
             .table_name(&self.accounts)
             .key("pk", AttributeValue::S(account_id.into()))
             .update_expression("SET #balance = #balance + :amount")
-            .condition_expression("attribute_exists(pk)")
+            .condition_expression("attribute_exists(pk) AND #balance <= :ceiling")
             .expression_attribute_names("#balance", "balance")
             .expression_attribute_values(":amount", AttributeValue::N(amount.to_string()))
+            .expression_attribute_values(":ceiling", AttributeValue::N(ceiling.to_string()))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match result {
@@ -521,7 +534,12 @@ impl Ledger {
                 .and_then(account_of)
                 .ok_or(AccountError::NotFound),
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                Err(AccountError::NotFound)
+                match e.err() {
+                    UpdateItemError::ConditionalCheckFailedException(c) if c.item().is_some() => {
+                        Err(AccountError::BalanceLimit)
+                    }
+                    _ => Err(AccountError::NotFound),
+                }
             }
             Err(e) => Err(ledger_error("deposit", e).into()),
         }

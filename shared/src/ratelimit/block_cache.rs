@@ -1,11 +1,15 @@
-//! Keys known to be full, remembered until their window ends.
+//! Keys known to be full, remembered until their window ends or for `max_age`, whichever is
+//! sooner.
 //!
 //! A flood against a full key would otherwise cost one (failing) conditional write per request.
-//! The cache is per process and bounded: it is pruned of ended windows whenever it is written,
-//! and at capacity the entry that reopens soonest makes room.
+//! The cache is per process and bounded: it is pruned of ended entries whenever it is written,
+//! and at capacity the entry that ends soonest makes room. `max_age` (a few seconds) bounds how
+//! long an operator's `tollgate limits reset` takes to reach warm instances; meanwhile a flood
+//! costs one write per key per `max_age` per instance.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::clock::UnixMillis;
 
@@ -15,14 +19,17 @@ use super::decision::Decision;
 #[derive(Debug)]
 pub struct BlockCache {
     capacity: usize,
-    entries: Mutex<HashMap<String, Decision>>,
+    max_age_ms: u64,
+    /// The rejection, and until when it is remembered.
+    entries: Mutex<HashMap<String, (Decision, UnixMillis)>>,
 }
 
 impl BlockCache {
-    /// A cache holding at most `capacity` keys (0 disables it).
-    pub fn new(capacity: usize) -> Self {
+    /// A cache holding at most `capacity` keys (0 disables it), each for at most `max_age`.
+    pub fn new(capacity: usize, max_age: Duration) -> Self {
         Self {
             capacity,
+            max_age_ms: max_age.as_millis() as u64,
             entries: Mutex::new(HashMap::new()),
         }
     }
@@ -32,8 +39,8 @@ impl BlockCache {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries
             .get(key)
-            .filter(|d| d.reset_at_ms > now_ms)
-            .map(|d| Decision {
+            .filter(|(_, until)| *until > now_ms)
+            .map(|(d, _)| Decision {
                 now_ms,
                 remaining: 0,
                 ..*d
@@ -46,20 +53,21 @@ impl BlockCache {
             return;
         }
         let now_ms = decision.now_ms;
+        let until = decision.reset_at_ms.min(now_ms + self.max_age_ms);
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.len() >= self.capacity && !entries.contains_key(&key) {
-            entries.retain(|_, d| d.reset_at_ms > now_ms);
+            entries.retain(|_, (_, u)| *u > now_ms);
             if entries.len() >= self.capacity {
                 if let Some(soonest) = entries
                     .iter()
-                    .min_by_key(|(_, d)| d.reset_at_ms)
+                    .min_by_key(|(_, (_, u))| *u)
                     .map(|(k, _)| k.clone())
                 {
                     entries.remove(&soonest);
                 }
             }
         }
-        entries.insert(key, decision);
+        entries.insert(key, (decision, until));
     }
 
     /// Forgets `key` (after an operator reset).
@@ -93,9 +101,22 @@ mod tests {
         }
     }
 
+    const LONG: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn forgets_a_key_after_max_age() {
+        let cache = BlockCache::new(10, Duration::from_secs(5));
+        cache.insert("a".into(), rejection(60_000, 1_000));
+        assert!(cache.get("a", 5_999).is_some());
+        assert!(
+            cache.get("a", 6_000).is_none(),
+            "max age reached before the window's end"
+        );
+    }
+
     #[test]
     fn forgets_a_key_when_its_window_ends() {
-        let cache = BlockCache::new(10);
+        let cache = BlockCache::new(10, LONG);
         cache.insert("a".into(), rejection(60_000, 1_000));
         assert!(cache.get("a", 59_999).is_some());
         assert!(cache.get("a", 60_000).is_none());
@@ -104,7 +125,7 @@ mod tests {
 
     #[test]
     fn never_grows_past_its_capacity() {
-        let cache = BlockCache::new(3);
+        let cache = BlockCache::new(3, LONG);
         for i in 0..100u64 {
             cache.insert(format!("k{i}"), rejection(60_000 + i, 1_000));
             assert!(cache.len() <= 3);
@@ -116,7 +137,7 @@ mod tests {
 
     #[test]
     fn ended_windows_are_pruned_first() {
-        let cache = BlockCache::new(2);
+        let cache = BlockCache::new(2, LONG);
         cache.insert("old".into(), rejection(2_000, 1_000));
         cache.insert("live".into(), rejection(90_000, 1_000));
         cache.insert("new".into(), rejection(95_000, 5_000));
@@ -127,7 +148,7 @@ mod tests {
 
     #[test]
     fn capacity_zero_disables_it() {
-        let cache = BlockCache::new(0);
+        let cache = BlockCache::new(0, LONG);
         cache.insert("a".into(), rejection(60_000, 1_000));
         assert!(cache.get("a", 1_000).is_none());
     }

@@ -1,6 +1,7 @@
 //! The DynamoDB side of the limiter: one conditional `UpdateItem` per layer.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -14,6 +15,9 @@ use super::decision::Decision;
 use super::spec::{Layer, RateLimit};
 
 const COUNT: &str = "count";
+
+/// How long a full key is remembered per process at most (`RATE_LIMIT_BLOCK_CACHE_SECONDS`).
+pub const DEFAULT_BLOCK_CACHE_MAX_AGE: Duration = Duration::from_secs(5);
 const EXPIRES_AT: &str = "expires_at";
 
 /// The limiter could not reach or use its table. The request is refused (fail closed: a spend
@@ -98,7 +102,9 @@ pub struct RateLimiter {
 }
 
 impl RateLimiter {
-    /// `scope` (the function name) keeps two functions' counters apart in one table.
+    /// `scope` (the function name) keeps two functions' counters apart in one table. Full keys
+    /// are remembered for at most [`DEFAULT_BLOCK_CACHE_MAX_AGE`]; see
+    /// [`Self::with_block_cache`].
     pub fn new(
         ddb: Client,
         table: impl Into<String>,
@@ -111,8 +117,14 @@ impl RateLimiter {
             table: table.into(),
             scope: scope.into(),
             clock,
-            blocked: BlockCache::new(block_cache_capacity),
+            blocked: BlockCache::new(block_cache_capacity, DEFAULT_BLOCK_CACHE_MAX_AGE),
         }
+    }
+
+    /// Replaces the block cache: at most `capacity` keys, each for at most `max_age`.
+    pub fn with_block_cache(mut self, capacity: usize, max_age: Duration) -> Self {
+        self.blocked = BlockCache::new(capacity, max_age);
+        self
     }
 
     /// The counter's key for the window holding `now_ms`. The window start is part of the key,

@@ -12,7 +12,8 @@
 //! bad input) stays counted: that is how failed authentications are limited (lesson 002).
 //!
 //! Keys known to be full are remembered in a bounded in-process [`BlockCache`] until their
-//! window ends, so a flood against a full key costs no DynamoDB request at all.
+//! window ends (or a few seconds, so an operator's reset reaches warm instances quickly), so a
+//! flood against a full key costs almost no DynamoDB requests.
 
 mod block_cache;
 mod decision;
@@ -21,5 +22,7 @@ mod spec;
 
 pub use block_cache::BlockCache;
 pub use decision::Decision;
-pub use limiter::{Admission, LimitCheck, LimiterError, RateLimiter, Usage, Verdict};
+pub use limiter::{
+    Admission, LimitCheck, LimiterError, RateLimiter, Usage, Verdict, DEFAULT_BLOCK_CACHE_MAX_AGE,
+};
 pub use spec::{Layer, RateLimit, RateLimits, SpecError};
