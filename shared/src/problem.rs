@@ -7,7 +7,7 @@
 //! operator's kill-switch message, a validation detail built from our own words). Causes are
 //! logged where they are converted, never sent.
 
-use http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::StatusCode;
 use lambda_http::{Body, Response};
 use serde::Serialize;
@@ -242,6 +242,9 @@ impl ApiError {
         match self {
             ApiError::MethodNotAllowed { allow } => {
                 headers.insert(ALLOW, HeaderValue::from_static(allow));
+            }
+            ApiError::Unauthorized => {
+                headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             ApiError::RateLimited(d) => set_ratelimit_headers(headers, d),
             _ => {}

@@ -47,6 +47,38 @@ async fn routing_unknown_paths_and_wrong_methods() {
         "outside BASE_PATH"
     );
     assert_eq!(h.get(&alice, "/api/nothing").await.status(), 404);
+    // A new transfer's Location carries the base path, so it resolves behind CloudFront too.
+    let b = h.account(&alice, 0, "JPY").await;
+    let created = h
+        .send(
+            tollgate_tests::events::Event::post("/api/transfers")
+                .header("authorization", &format!("Bearer {}", alice.token))
+                .header("idempotency-key", "k")
+                .body(TransferHarness::body(&a, &b, 1))
+                .request(),
+        )
+        .await;
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap();
+    assert!(location.starts_with("/api/transfers/tr_"), "{location}");
+    assert_eq!(h.get(&alice, location).await.status(), 200);
+
+    // Ids that cannot exist are 404 without a store round trip (DynamoDB would refuse a key
+    // over 2048 bytes with an error that is not the client's).
+    let long = "a".repeat(3000);
+    for path in [
+        format!("/api/accounts/{long}"),
+        format!("/api/transfers/{long}"),
+    ] {
+        let resp = h.get(&alice, &path).await;
+        assert_eq!(resp.status(), 404);
+    }
+    let missing = h
+        .send(tollgate_tests::events::Event::get(&format!("/api/accounts/{a}")).request())
+        .await;
+    assert_eq!(missing.status(), 401);
+    assert_eq!(missing.headers()["www-authenticate"], "Bearer");
+
     let wrong = h.get(&alice, "/api/transfers").await;
     assert_eq!(wrong.status(), 405);
     assert_eq!(wrong.headers()["allow"], "POST");

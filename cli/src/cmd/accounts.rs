@@ -145,6 +145,7 @@ fn ledger(deps: &Deps<'_>) -> Ledger {
         idempotency,
         deps.clock.clone(),
         DEFAULT_CURRENCY,
+        "",
     )
 }
 

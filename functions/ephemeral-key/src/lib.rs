@@ -90,6 +90,9 @@ impl App {
         admission: &mut Admission,
     ) -> Result<Response<Body>, ApiError> {
         let path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
+        if matches!(path, "/session" | "/internal/kill-switch") {
+            tollgate::http::body_bytes(req, self.gate.settings.max_body_bytes)?;
+        }
         match path {
             "/session" if req.method() == http::Method::POST => {
                 self.sessions.post(&self.gate, req, admission).await

@@ -120,6 +120,9 @@ pub struct Ledger {
     idempotency: IdempotencyStore,
     clock: SharedClock,
     default_currency: String,
+    /// Prefix of the `Location` of a new transfer (`BASE_PATH`), so the link works behind
+    /// CloudFront's `/api`.
+    base_path: String,
     currencies: Mutex<HashMap<String, String>>,
 }
 
@@ -143,6 +146,7 @@ impl Ledger {
         idempotency: IdempotencyStore,
         clock: SharedClock,
         default_currency: impl Into<String>,
+        base_path: impl Into<String>,
     ) -> Self {
         Self {
             ddb,
@@ -151,6 +155,7 @@ impl Ledger {
             idempotency,
             clock,
             default_currency: default_currency.into(),
+            base_path: base_path.into(),
             currencies: Mutex::new(HashMap::new()),
         }
     }
@@ -198,7 +203,9 @@ impl Ledger {
             created_at,
         };
         let mut created = json_response(StatusCode::CREATED, &transfer);
-        if let Ok(location) = HeaderValue::from_str(&format!("/transfers/{transfer_id}")) {
+        if let Ok(location) =
+            HeaderValue::from_str(&format!("{}/transfers/{transfer_id}", self.base_path))
+        {
             created.headers_mut().insert(LOCATION, location);
         }
         let stored = StoredResponse::capture(&created);

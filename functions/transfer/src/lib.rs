@@ -29,7 +29,7 @@ use tollgate::ApiError;
 use tracing::Instrument;
 
 use crate::config::TransferSettings;
-use crate::domain::TransferRequest;
+use crate::domain::{AccountId, TransferRequest};
 use crate::ledger::Ledger;
 
 /// The function's name: its kill-switch key and rate-limit scope.
@@ -85,6 +85,7 @@ impl tollgate::serve::Function for App {
                 idempotency,
                 clock.clone(),
                 &settings.default_currency,
+                &guard.base_path,
             ),
             gate: Gate::new(guard, ddb, ssm, clock),
             settings,
@@ -123,6 +124,7 @@ impl App {
         if req.method().as_str() != allow {
             return Err(ApiError::MethodNotAllowed { allow });
         }
+        body_bytes(req, self.gate.settings.max_body_bytes)?;
         let client_id = self.authenticated(req, admission).await?;
         match route {
             Route::Transfers => self.post_transfer(req, &client_id, request_id).await,
@@ -181,6 +183,11 @@ impl App {
     }
 
     async fn get_transfer(&self, id: &str, client_id: &str) -> Result<Response<Body>, ApiError> {
+        // Ids we issue are short and plain; anything else cannot exist (and must not reach
+        // DynamoDB, which would refuse an over-long key with an error that is not the client's).
+        if AccountId::parse(id).is_none() {
+            return Err(ApiError::TransferNotFound);
+        }
         match self.ledger.transfer_record(id).await? {
             Some((transfer, owner)) if owner == client_id => {
                 Ok(json_response(StatusCode::OK, &transfer))
@@ -195,6 +202,9 @@ impl App {
             account_id: &'a str,
             balance: u64,
             currency: &'a str,
+        }
+        if AccountId::parse(id).is_none() {
+            return Err(ApiError::AccountNotFound);
         }
         match self.ledger.account(id).await? {
             // Another client's account is reported as missing: no existence oracle.

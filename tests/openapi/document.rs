@@ -1,0 +1,526 @@
+//! Checks of `openapi.yaml` that need no running function: its structure, the headers every
+//! response must document, its error catalogue against the library's, and its transfer request
+//! schema against the transfer parser.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+use tollgate::ratelimit::Decision;
+use tollgate::ApiError;
+
+use crate::spec::{escape, spec};
+
+/// Every `$ref` in `node`, with where it stands.
+fn refs(node: &Value, pointer: String, out: &mut Vec<(String, String)>) {
+    match node {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("$ref", Value::String(target)) => out.push((pointer.clone(), target.clone())),
+                    _ => refs(value, format!("{pointer}/{}", escape(key)), out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, value) in items.iter().enumerate() {
+                refs(value, format!("{pointer}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_document_is_well_formed() {
+    let spec = spec();
+    assert_eq!(spec.doc["openapi"], "3.1.0");
+
+    let mut all = Vec::new();
+    refs(&spec.doc, String::new(), &mut all);
+    for (at, target) in &all {
+        let pointer = target
+            .strip_prefix('#')
+            .unwrap_or_else(|| panic!("{at}: only local $refs: {target}"));
+        assert!(
+            spec.doc.pointer(pointer).is_some(),
+            "{at}: $ref {target} resolves to nothing"
+        );
+    }
+
+    let tags: BTreeSet<&str> = spec.doc["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    let mut ids = BTreeSet::new();
+    for (op, pointer) in spec.operations() {
+        let operation = spec.get(&pointer);
+        let id = operation["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{op}: no operationId"));
+        assert!(
+            ids.insert(id.to_string()),
+            "{op}: operationId {id} is used twice"
+        );
+        assert!(operation["summary"].is_string(), "{op}: no summary");
+        let op_tags = operation["tags"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{op}: no tags"));
+        assert!(!op_tags.is_empty(), "{op}: no tags");
+        for tag in op_tags {
+            assert!(
+                tags.contains(tag.as_str().unwrap()),
+                "{op}: undeclared tag {tag}"
+            );
+        }
+        assert!(
+            operation["security"].is_array(),
+            "{op}: say who may call it (security)"
+        );
+        let path = op.split_once(' ').unwrap().1;
+        assert!(
+            spec.get(&format!("/paths/{}", escape(path)))["servers"].is_array(),
+            "{path}: name the function that serves it (servers)"
+        );
+    }
+}
+
+/// The codes (with their statuses) a problem schema allows: one per-code schema, or a `oneOf`
+/// of them.
+fn codes_of(schema_pointer: &str) -> Vec<(String, u64)> {
+    let spec = spec();
+    let (pointer, schema) = spec.resolve(schema_pointer);
+    if let Some(alternatives) = schema["oneOf"].as_array() {
+        return (0..alternatives.len())
+            .flat_map(|i| codes_of(&format!("{pointer}/oneOf/{i}")))
+            .collect();
+    }
+    let constraint = &schema["allOf"][1]["properties"];
+    let code = constraint["code"]["const"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{pointer}: not a per-code problem schema"));
+    let status = constraint["status"]["const"].as_u64().unwrap();
+    assert_eq!(
+        constraint["type"]["const"],
+        format!("urn:tollgate:problem:{code}"),
+        "{pointer}"
+    );
+    assert_eq!(
+        schema["allOf"][0]["$ref"], "#/components/schemas/Problem",
+        "{pointer}"
+    );
+    vec![(code.to_string(), status)]
+}
+
+fn required_header(response_pointer: &str, name: &str) {
+    let spec = spec();
+    let (pointer, response) = spec.resolve(response_pointer);
+    assert!(
+        response["headers"].get(name).is_some(),
+        "{response_pointer}: {name} is not documented"
+    );
+    let (_, h) = spec.resolve(&format!("{pointer}/headers/{}", escape(name)));
+    assert_eq!(
+        h["required"], true,
+        "{response_pointer}: {name} must be required"
+    );
+}
+
+#[test]
+fn every_response_documents_the_contract_headers_and_media_types() {
+    let spec = spec();
+    let mut responses: Vec<(String, u16, String)> = Vec::new();
+    for (op, pointer) in spec.operations() {
+        for status in spec.statuses(&pointer) {
+            responses.push((op.clone(), status, format!("{pointer}/responses/{status}")));
+        }
+    }
+    responses.push((
+        "unknown path".into(),
+        404,
+        "/components/responses/RouteNotFound".into(),
+    ));
+    for (op, status, pointer) in &responses {
+        let (resolved, response) = spec.resolve(pointer);
+        assert!(
+            response["description"].is_string(),
+            "{op} {status}: no description"
+        );
+        required_header(pointer, "X-Request-Id");
+        match status {
+            409 | 503 => required_header(pointer, "Retry-After"),
+            429 => {
+                required_header(pointer, "Retry-After");
+                required_header(pointer, "RateLimit-Policy");
+                required_header(pointer, "RateLimit");
+            }
+            405 => required_header(pointer, "Allow"),
+            201 => required_header(pointer, "Location"),
+            _ => {}
+        }
+        let media: Vec<&String> = response["content"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{op} {status}: no content"))
+            .keys()
+            .collect();
+        if *status >= 400 {
+            assert_eq!(media, ["application/problem+json"], "{op} {status}");
+            let codes = codes_of(&format!(
+                "{resolved}/content/application~1problem+json/schema"
+            ));
+            for (code, code_status) in codes {
+                assert_eq!(
+                    code_status, *status as u64,
+                    "{op} {status}: code {code} belongs to another status"
+                );
+            }
+        } else {
+            assert_eq!(media, ["application/json"], "{op} {status}");
+        }
+    }
+    required_header("/paths/~1session/post/responses/200", "Cache-Control");
+}
+
+/// Every error the library can send, one of each variant.
+fn every_api_error() -> Vec<ApiError> {
+    let decision = Decision {
+        limit: "ip=10/1h".parse().unwrap(),
+        remaining: 0,
+        reset_at_ms: 3_600_000,
+        now_ms: 2_400_000,
+    };
+    let all = vec![
+        ApiError::BadRequest {
+            detail: "The body must be a JSON object.".into(),
+        },
+        ApiError::Unauthorized,
+        ApiError::Forbidden,
+        ApiError::ServiceDisabled {
+            message: "Paused.".into(),
+        },
+        ApiError::NotFound,
+        ApiError::MethodNotAllowed { allow: "GET, PUT" },
+        ApiError::PayloadTooLarge { limit: 16_384 },
+        ApiError::RateLimited(decision),
+        ApiError::Unavailable { retry_after: 0 },
+        ApiError::AccountNotFound,
+        ApiError::TransferNotFound,
+        ApiError::InsufficientFunds,
+        ApiError::CurrencyMismatch,
+        ApiError::IdempotencyKeyReused,
+        ApiError::RequestInProgress { retry_after: 3 },
+        ApiError::Internal,
+    ];
+    // No wildcard: a new variant fails to compile here until it is added to the list above.
+    for e in &all {
+        match e {
+            ApiError::BadRequest { .. }
+            | ApiError::Unauthorized
+            | ApiError::Forbidden
+            | ApiError::ServiceDisabled { .. }
+            | ApiError::NotFound
+            | ApiError::MethodNotAllowed { .. }
+            | ApiError::PayloadTooLarge { .. }
+            | ApiError::RateLimited(_)
+            | ApiError::Unavailable { .. }
+            | ApiError::AccountNotFound
+            | ApiError::TransferNotFound
+            | ApiError::InsufficientFunds
+            | ApiError::CurrencyMismatch
+            | ApiError::IdempotencyKeyReused
+            | ApiError::RequestInProgress { .. }
+            | ApiError::Internal => {}
+        }
+    }
+    all
+}
+
+#[test]
+fn the_error_catalogue_is_the_librarys() {
+    let spec = spec();
+    let documented: BTreeSet<String> = spec
+        .get("/components/schemas/ProblemCode/enum")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    let schemas = spec.get("/components/schemas").as_object().unwrap();
+    let mut produced = BTreeSet::new();
+    for error in every_api_error() {
+        let resp = error.to_response("req-1");
+        let body: Value = serde_json::from_slice(resp.body().as_ref()).unwrap();
+        let code = error.code();
+        produced.insert(code.to_string());
+        spec.validate("/components/schemas/Problem", &body)
+            .unwrap_or_else(|e| panic!("{code}: {e}"));
+        let (name, _) = schemas
+            .iter()
+            .find(|(_, s)| s["title"] == code)
+            .unwrap_or_else(|| panic!("no per-code problem schema titled {code}"));
+        spec.validate(&format!("/components/schemas/{name}"), &body)
+            .unwrap_or_else(|e| panic!("{code} against {name}: {e}"));
+        assert_eq!(
+            resp.headers().contains_key("retry-after"),
+            body.get("retry_after").is_some(),
+            "{code}"
+        );
+    }
+    assert_eq!(
+        produced, documented,
+        "ProblemCode lists exactly the library's codes"
+    );
+}
+
+/// The request schema may be looser than the parser only where JSON Schema cannot see.
+#[test]
+fn the_transfer_request_schema_agrees_with_the_parser() {
+    const MAX: u64 = 1_000_000;
+    let op = "POST /transfers";
+    let spec = spec();
+    // Refused by the parser, accepted by the schema, and why the schema cannot tell.
+    let beyond_schema: &[(&str, &str)] = &[
+        (r#"{"from":"a","to":"a","amount":1}"#, "from equals to"),
+        (
+            r#"{"from":"a","to":"b","amount":1,"amount":2}"#,
+            "a duplicate member name",
+        ),
+        (
+            r#"{"from":"a","to":"b","amount":1.0}"#,
+            "an integer written with a fraction",
+        ),
+        (
+            r#"{"from":"a","to":"b","amount":1e3}"#,
+            "an integer written with an exponent",
+        ),
+        (
+            r#"{"from":"a","to":"b","amount":1000001}"#,
+            "over MAX_TRANSFER_AMOUNT (configuration)",
+        ),
+    ];
+    let agreeing = [
+        json!({"from": "acc_a", "to": "acc_b", "amount": 250, "memo": "rent"}),
+        json!({"from": "a", "to": "b", "amount": 1}),
+        json!({"from": "a", "to": "b", "amount": 1, "memo": null}),
+        json!({"from": "a", "to": "b", "amount": MAX}),
+        json!({"from": "a", "to": "b", "amount": 1, "memo": "é".repeat(140)}),
+        json!({"from": "a".repeat(64), "to": "b", "amount": 1}),
+        json!({"from": "a", "to": "b", "amount": 1, "memo": "é".repeat(141)}),
+        json!({"from": "a".repeat(65), "to": "b", "amount": 1}),
+        json!({"from": "a b", "to": "b", "amount": 1}),
+        json!({"from": "a", "to": "b", "amount": 0}),
+        json!({"from": "a", "to": "b", "amount": -5}),
+        json!({"from": "a", "to": "b", "amount": 1.5}),
+        json!({"from": "a", "to": "b", "amount": "100"}),
+        json!({"from": "a", "to": "b", "amount": 1, "fee": 2}),
+        json!({"from": "a", "to": "b", "amount": 1, "memo": 7}),
+        json!({"to": "b", "amount": 1}),
+        json!({"from": "a", "amount": 1}),
+        json!({"from": "a", "to": "b"}),
+        json!({"from": 1, "to": "b", "amount": 1}),
+        json!([1, 2]),
+        json!("str"),
+        json!(null),
+    ];
+    for body in &agreeing {
+        let text = body.to_string();
+        let parser = transfer::domain::TransferRequest::parse(text.as_bytes(), MAX);
+        let schema = spec.validate_request(op, body);
+        assert_eq!(
+            parser.is_ok(),
+            schema.is_ok(),
+            "{text}: parser {parser:?}, schema {schema:?}"
+        );
+    }
+    for (text, why) in beyond_schema {
+        assert!(
+            transfer::domain::TransferRequest::parse(text.as_bytes(), MAX).is_err(),
+            "{text}: the parser accepts {why}"
+        );
+        let value: Value = serde_json::from_str(text).unwrap();
+        assert!(
+            spec.validate_request(op, &value).is_ok(),
+            "{text} ({why}) is refused by the schema: move it to the agreeing cases"
+        );
+    }
+}
+
+/// The validator is only worth its green runs if it goes red on drift: each of these responses
+/// breaks one rule.
+#[test]
+fn the_validator_catches_drift() {
+    use lambda_http::{Body, Response};
+
+    let spec = spec();
+    let response = |status: u16, headers: &[(&str, &str)], body: &str| {
+        let mut builder = Response::builder().status(status);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(Body::from(body.to_string())).unwrap()
+    };
+    let problem = |code: &str, status: u16, extra: &str| {
+        format!(
+            r#"{{"type":"urn:tollgate:problem:{code}","title":"T","status":{status},"detail":"D","code":"{code}","request_id":"r1"{extra}}}"#
+        )
+    };
+    let problem_json = [
+        ("content-type", "application/problem+json"),
+        ("x-request-id", "r1"),
+    ];
+    let limited = "/paths/~1transfers/post/responses/429";
+    let account = "/paths/~1accounts~1{id}/get/responses/200";
+
+    // A conforming 429 first, so that each case below fails for its own reason only.
+    let good_429 = response(
+        429,
+        &[
+            ("content-type", "application/problem+json"),
+            ("x-request-id", "r1"),
+            ("retry-after", "7"),
+            ("ratelimit-policy", "\"client\";q=60;w=60"),
+            ("ratelimit", "\"client\";r=0;t=7"),
+        ],
+        &problem("rate_limited", 429, r#","retry_after":7"#),
+    );
+    assert_eq!(spec.problems_with(limited, &good_429), Vec::<String>::new());
+
+    let cases: Vec<(&str, &str, Response<Body>)> = vec![
+        (
+            "required Retry-After missing",
+            limited,
+            response(
+                429,
+                &[
+                    ("content-type", "application/problem+json"),
+                    ("x-request-id", "r1"),
+                    ("ratelimit-policy", "\"client\";q=60;w=60"),
+                    ("ratelimit", "\"client\";r=0;t=7"),
+                ],
+                &problem("rate_limited", 429, r#","retry_after":7"#),
+            ),
+        ),
+        (
+            "Retry-After and retry_after differ",
+            limited,
+            response(
+                429,
+                &[
+                    ("content-type", "application/problem+json"),
+                    ("x-request-id", "r1"),
+                    ("retry-after", "8"),
+                    ("ratelimit-policy", "\"client\";q=60;w=60"),
+                    ("ratelimit", "\"client\";r=0;t=7"),
+                ],
+                &problem("rate_limited", 429, r#","retry_after":7"#),
+            ),
+        ),
+        (
+            "a malformed RateLimit field",
+            limited,
+            response(
+                429,
+                &[
+                    ("content-type", "application/problem+json"),
+                    ("x-request-id", "r1"),
+                    ("retry-after", "7"),
+                    ("ratelimit-policy", "client 60/60"),
+                    ("ratelimit", "\"client\";r=0;t=7"),
+                ],
+                &problem("rate_limited", 429, r#","retry_after":7"#),
+            ),
+        ),
+        (
+            "another code than documented for the status",
+            limited,
+            response(
+                429,
+                &[
+                    ("content-type", "application/problem+json"),
+                    ("x-request-id", "r1"),
+                    ("retry-after", "7"),
+                    ("ratelimit-policy", "\"client\";q=60;w=60"),
+                    ("ratelimit", "\"client\";r=0;t=7"),
+                ],
+                &problem("temporarily_unavailable", 429, r#","retry_after":7"#),
+            ),
+        ),
+        (
+            "a problem as application/json",
+            "/paths/~1accounts~1{id}/get/responses/404",
+            response(
+                404,
+                &[("content-type", "application/json"), ("x-request-id", "r1")],
+                &problem("account_not_found", 404, ""),
+            ),
+        ),
+        (
+            "an undocumented member",
+            "/paths/~1accounts~1{id}/get/responses/404",
+            response(
+                404,
+                &problem_json,
+                &problem("account_not_found", 404, r#","account":"acc_x""#),
+            ),
+        ),
+        (
+            "request_id not the X-Request-Id",
+            "/paths/~1accounts~1{id}/get/responses/404",
+            response(
+                404,
+                &[
+                    ("content-type", "application/problem+json"),
+                    ("x-request-id", "r2"),
+                ],
+                &problem("account_not_found", 404, ""),
+            ),
+        ),
+        (
+            "a contract header the response does not document",
+            account,
+            response(
+                200,
+                &[
+                    ("content-type", "application/json"),
+                    ("x-request-id", "r1"),
+                    ("retry-after", "1"),
+                ],
+                r#"{"account_id":"acc_a","balance":5,"currency":"JPY"}"#,
+            ),
+        ),
+        (
+            "a negative balance",
+            account,
+            response(
+                200,
+                &[("content-type", "application/json"), ("x-request-id", "r1")],
+                r#"{"account_id":"acc_a","balance":-5,"currency":"JPY"}"#,
+            ),
+        ),
+        (
+            "X-Request-Id missing",
+            account,
+            response(
+                200,
+                &[("content-type", "application/json")],
+                r#"{"account_id":"acc_a","balance":5,"currency":"JPY"}"#,
+            ),
+        ),
+        (
+            "created_at not a date-time",
+            "/paths/~1transfers~1{id}/get/responses/200",
+            response(
+                200,
+                &[("content-type", "application/json"), ("x-request-id", "r1")],
+                r#"{"transfer_id":"tr_0123456789abcdef0123456789abcdef","from":"a","to":"b","amount":1,"memo":null,"created_at":"yesterday"}"#,
+            ),
+        ),
+    ];
+    for (why, pointer, resp) in cases {
+        assert!(
+            !spec.problems_with(pointer, &resp).is_empty(),
+            "the validator missed: {why}"
+        );
+    }
+}
