@@ -16,7 +16,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::util::{self, info, step, Result};
-use crate::{setup, signal};
+use crate::{processes, setup, signal};
 
 /// How long DynamoDB Local gets to answer before we give up. It usually
 /// takes 1–3 s; the margin is for a busy 2-core CI machine.
@@ -190,6 +190,10 @@ fn spawn(dist: &Dist, storage: &Storage, port: u16, log: &Path) -> Result<Dynamo
     cmd.stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
+    // Its own process group, so the terminal's Ctrl-C reaches xtask only and
+    // xtask stops things in order (functions before their database); and a
+    // SIGTERM from the kernel should xtask die without stopping it.
+    processes::isolate(&mut cmd);
     let child = cmd
         .spawn()
         .map_err(|e| format!("could not start `{}`: {e}", util::display(&cmd)))?;

@@ -3,7 +3,13 @@
 //! works the same on every machine and is checked by the compiler; kept free
 //! of dependencies so it builds in seconds.
 
+mod dev;
 mod dynamodb_local;
+mod http;
+mod json;
+mod lock;
+mod openai_standin;
+mod processes;
 mod setup;
 mod signal;
 mod test;
@@ -20,9 +26,17 @@ Commands:
   dynamodb [--port <port>] [--db-path <dir>]
               Run DynamoDB Local (in memory unless --db-path) on a free port
               until Ctrl-C; prints DYNAMODB_ENDPOINT=http://127.0.0.1:<port>
-  test [--no-lint] [-- <cargo test args>]
-              setup, cargo fmt --check, clippy (skipped with --no-lint), then
-              cargo test --workspace against a fresh in-memory DynamoDB Local
+  dev [--persist <dir>] [--port <port>] [--no-reload]
+              The local stack: DynamoDB Local (in memory unless --persist),
+              tables, a demo client and accounts, an OpenAI stand-in when
+              OPENAI_API_KEY is unset, and both functions under
+              `cargo lambda watch`; writes .dev/stack.json and prints curl
+              lines; Ctrl-C stops everything
+  test [--no-lint] [--no-e2e] [-- <cargo test args>]
+              setup, cargo fmt --check, clippy (skipped with --no-lint),
+              cargo test --workspace against a fresh in-memory DynamoDB Local,
+              then the end-to-end tests against a private dev stack
+              (skipped with --no-e2e)
   help        Show this text
 
 Environment:
@@ -38,6 +52,7 @@ fn main() -> ExitCode {
     let result = match command {
         "setup" => setup::run(rest),
         "dynamodb" => dynamodb_local::run(rest),
+        "dev" => dev::run(rest),
         "test" => test::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");

@@ -1,21 +1,29 @@
 //! `cargo xtask test`: the full check CI runs, runnable locally as is.
 //!
-//! setup → `cargo fmt --check` → clippy → DynamoDB Local → `cargo test`.
-//! A failing fmt or clippy step does not stop the run: one pass reports
-//! everything that is wrong. The exit status is non-zero if any step failed.
+//! setup → `cargo fmt --check` → clippy → DynamoDB Local → `cargo test` →
+//! end-to-end tests against a private dev stack.
+//! A failing step does not stop the run: one pass reports everything that
+//! is wrong. The exit status is non-zero if any step failed.
 
+use std::fs;
+use std::path::Path;
+
+use crate::dev;
 use crate::dynamodb_local::{self, Storage};
+use crate::setup::Tools;
 use crate::util::{self, info, step, Result};
-use crate::{setup, signal};
+use crate::{lock, setup, signal};
 
-const USAGE: &str = "Usage: cargo xtask test [--no-lint] [-- <cargo test args>]";
+const USAGE: &str = "Usage: cargo xtask test [--no-lint] [--no-e2e] [-- <cargo test args>]";
 
 pub fn run(args: &[String]) -> Result {
     let mut lint = true;
+    let mut e2e = true;
     let mut test_args: &[String] = &[];
     for (i, arg) in args.iter().enumerate() {
         match arg.as_str() {
             "--no-lint" => lint = false,
+            "--no-e2e" => e2e = false,
             "--" => {
                 test_args = &args[i + 1..];
                 break;
@@ -94,6 +102,10 @@ pub fn run(args: &[String]) -> Result {
     step("dynamodb-local: stop");
     drop(ddb);
 
+    if e2e && !signal::received() {
+        check(&mut failed, "e2e", end_to_end(&tools));
+    }
+
     if signal::received() {
         return Err("interrupted".into());
     }
@@ -102,6 +114,79 @@ pub fn run(args: &[String]) -> Result {
         Ok(())
     } else {
         Err(format!("failed: {}", failed.join(", ")).into())
+    }
+}
+
+/// The end-to-end tests (`tests/e2e`) against a stack of their own: what
+/// `cargo xtask dev` starts, in memory, on free ports, with its lock, stack
+/// file and logs in a state directory of this run under the cache dir. So it
+/// neither collides with nor refuses because of a developer's running
+/// `cargo xtask dev` (whose state is the repository's `.dev/`). Functions do
+/// not reload on code changes here: an edit during the run must not restart
+/// them mid-test. Everything is stopped whether the tests pass or not; the
+/// state directory (logs) is kept only when something failed.
+fn end_to_end(tools: &Tools) -> Result {
+    let runs = util::cache_dir()?.join("e2e");
+    prune_finished_runs(&runs);
+    let state_dir = runs.join(std::process::id().to_string());
+    let started = std::time::Instant::now();
+    step("e2e: stack");
+    let stack = dev::start(
+        tools,
+        &dev::Options {
+            state_dir: state_dir.clone(),
+            storage: Storage::InMemory,
+            invoke_port: None,
+            reload: false,
+            interactive: false,
+        },
+        None,
+    );
+    let result = stack.and_then(|stack| {
+        step("e2e: test");
+        let result = util::run(
+            util::cargo()
+                .args([
+                    "test",
+                    "-p",
+                    "tollgate-tests",
+                    "--test",
+                    "e2e",
+                    "--",
+                    "--ignored",
+                ])
+                .env("TOLLGATE_STACK_FILE", &stack.stack_file),
+        );
+        step("e2e: stop");
+        drop(stack);
+        info(format!(
+            "e2e step took {:.1}s",
+            started.elapsed().as_secs_f32()
+        ));
+        result
+    });
+    match &result {
+        Ok(()) => {
+            let _ = fs::remove_dir_all(&state_dir);
+        }
+        Err(_) => info(format!(
+            "e2e logs kept in {}",
+            state_dir.join("logs").display()
+        )),
+    }
+    result
+}
+
+/// Removes state directories of earlier e2e runs that have finished (their
+/// lock is gone or stale), keeping any that still run.
+fn prune_finished_runs(runs: &Path) {
+    let Ok(entries) = fs::read_dir(runs) else {
+        return;
+    };
+    for dir in entries.filter_map(|e| Some(e.ok()?.path())) {
+        if dir.is_dir() && !lock::is_held(&dev::lock_file(&dir)) {
+            let _ = fs::remove_dir_all(&dir);
+        }
     }
 }
 

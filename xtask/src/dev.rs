@@ -1,0 +1,1038 @@
+//! `cargo xtask dev`: the whole stack on this machine, ready to `curl`.
+//!
+//! DynamoDB Local → tables and a demo client with two accounts (through the
+//! operator CLI, so the data is made exactly as an operator would make it) →
+//! a local OpenAI stand-in when there is no `OPENAI_API_KEY` → both
+//! functions under one `cargo lambda watch` → a probe of each part → the
+//! stack file (`.dev/stack.json`) and ready-to-paste `curl` lines. Ctrl-C or
+//! SIGTERM stops everything it started, in reverse order, and removes the
+//! stack file and the lock.
+//!
+//! [`start`] is also what `cargo xtask test` uses for its end-to-end step,
+//! with its own state directory, so a developer's running `dev` and a test
+//! run never share ports, files or a lock.
+//!
+//! Choices worth knowing:
+//!
+//! - One `cargo lambda watch` serves both binaries, each at
+//!   `http://127.0.0.1:<port>/lambda-url/<binary>/…`. cargo-lambda strips
+//!   `/lambda-url/<binary>` before building the function-URL event, so the
+//!   functions see `/session`, `/transfers`, … and `BASE_PATH` stays empty.
+//! - The functions are built *before* `cargo lambda watch` starts, with the
+//!   same `cargo build --bin <name>` cargo-lambda runs (one package per
+//!   invocation, so features unify the same way and nothing is rebuilt):
+//!   compile errors show up in the terminal and fail the start at once,
+//!   instead of as a hanging first request.
+//! - Variables the user set are passed through untouched (`RUST_LOG`,
+//!   `INTERNAL_TOKEN`, table names, limits, `OPENAI_*`, …); only unset ones
+//!   get dev defaults. The exceptions are the stack's own wiring, which is
+//!   always ours: `DYNAMODB_ENDPOINT` (our DynamoDB Local) and dummy AWS
+//!   credentials (real ones are never sent anywhere, not even to a local
+//!   port), with the instance-metadata lookup off.
+//! - `--persist DIR` keeps DynamoDB's data in DIR and the demo credentials
+//!   beside it (`DIR/tollgate-demo.json`): tokens are stored hashed, so the
+//!   demo token can only be shown again if we keep it. Next start with the
+//!   same DIR reuses the demo when its accounts still exist, otherwise seeds
+//!   a new one. Tables that exist are left alone by `tables create`.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, sleep, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::dynamodb_local::{self, DynamoDbLocal, Storage};
+use crate::json::{self, Value};
+use crate::lock::Lock;
+use crate::openai_standin::{self, StandIn};
+use crate::setup::Tools;
+use crate::util::{self, info, step, Result};
+use crate::{http, processes, signal};
+
+/// The function binaries (and `cargo lambda watch` function names).
+const EPHEMERAL_KEY: &str = "ephemeral-key";
+const TRANSFER: &str = "transfer";
+/// The CLI's package and binary.
+const CLI_PACKAGE: &str = "tollgate-cli";
+const CLI_BIN: &str = "tollgate";
+
+/// How long the functions get to answer after `cargo lambda watch` started.
+/// They are prebuilt, so this is normally a few seconds; the margin covers a
+/// rebuild by cargo-lambda on a busy 2-core machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long one probe may wait for its answer. Short, so Ctrl-C during
+/// startup is noticed soon; a probe that times out is simply sent again.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `cargo lambda watch` gets to stop its functions before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The demo data.
+const DEMO_CLIENT_NAME: &str = "demo";
+const DEMO_CURRENCY: &str = "JPY";
+/// Opening balances: a payer and a payee.
+const DEMO_BALANCES: [u64; 2] = [100_000, 0];
+/// File beside a persistent database holding the demo's credentials.
+const DEMO_FILE: &str = "tollgate-demo.json";
+/// Placed in the OpenAI key variable when the stand-in runs: obviously fake.
+const STAND_IN_API_KEY: &str = "sk-local-stand-in";
+
+/// How to start a stack.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Holds the lock, the stack file and the logs.
+    pub state_dir: PathBuf,
+    pub storage: Storage,
+    /// `cargo lambda watch`'s port; `None` picks a free one.
+    pub invoke_port: Option<u16>,
+    /// Rebuild and restart a function when its code changes. Off for test
+    /// runs, so an edit during the run cannot restart a function mid-test.
+    pub reload: bool,
+    /// Interactive use: log each fake secret the stand-in mints, and copy
+    /// the functions' log to the terminal once the stack is ready.
+    pub interactive: bool,
+}
+
+/// The demo client and its accounts (payer first).
+#[derive(Debug, Clone)]
+pub struct Demo {
+    pub client_id: String,
+    pub token: String,
+    pub accounts: Vec<String>,
+}
+
+/// What the stack file says.
+#[derive(Debug, Clone)]
+pub struct Info {
+    pub ephemeral_key_url: String,
+    pub transfer_url: String,
+    pub dynamodb_endpoint: String,
+    pub openai_stand_in: bool,
+    /// `None` when the user keeps it in SSM (`INTERNAL_TOKEN_PARAM`).
+    pub internal_token: Option<String>,
+    pub demo: Demo,
+}
+
+/// A running stack. Dropping it stops every part (functions first, then
+/// the stand-in, then DynamoDB Local) and removes the stack file and lock.
+pub struct Stack {
+    pub info: Info,
+    pub stack_file: PathBuf,
+    pub functions_log: PathBuf,
+    functions: Option<processes::Tree>,
+    standin: Option<StandIn>,
+    ddb: Option<DynamoDbLocal>,
+    echo: Option<Echo>,
+    lock: Option<Lock>,
+}
+
+/// Paths inside the state directory.
+pub fn stack_file(state_dir: &Path) -> PathBuf {
+    state_dir.join("stack.json")
+}
+
+pub fn lock_file(state_dir: &Path) -> PathBuf {
+    state_dir.join("dev.lock")
+}
+
+/// Takes the state directory's lock: one stack per state directory.
+pub fn lock(state_dir: &Path) -> Result<Lock> {
+    let (lock, _) = Lock::acquire(&lock_file(state_dir), "`cargo xtask dev`")?;
+    Ok(lock)
+}
+
+/// Starts everything and returns once every part answers and the stack file
+/// is written. Takes the lock unless the caller already holds it.
+pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack> {
+    signal::install();
+    processes::become_subreaper();
+    fs::create_dir_all(&opts.state_dir)?;
+    let state_dir = std::path::absolute(&opts.state_dir)?;
+    let lock = match lock {
+        Some(lock) => lock,
+        None => self::lock(&state_dir)?,
+    };
+    // We hold the lock, so any stack file here describes a stack that is gone.
+    let stack_file = stack_file(&state_dir);
+    let _ = fs::remove_file(&stack_file);
+    let logs = state_dir.join("logs");
+    fs::create_dir_all(&logs)?;
+
+    let invoke_port = match opts.invoke_port {
+        Some(port) if !util::port_is_free(port) => {
+            return Err(format!(
+                "port {port} is already in use: pick another with `--port <port>` (or leave it out for a free one), or stop the program listening on it."
+            )
+            .into())
+        }
+        Some(port) => port,
+        None => util::free_port()?,
+    };
+
+    let mut stack = Stack {
+        info: Info {
+            ephemeral_key_url: format!("http://127.0.0.1:{invoke_port}/lambda-url/{EPHEMERAL_KEY}"),
+            transfer_url: format!("http://127.0.0.1:{invoke_port}/lambda-url/{TRANSFER}"),
+            dynamodb_endpoint: String::new(),
+            openai_stand_in: false,
+            internal_token: None,
+            demo: Demo {
+                client_id: String::new(),
+                token: String::new(),
+                accounts: Vec::new(),
+            },
+        },
+        stack_file,
+        functions_log: logs.join("functions.log"),
+        functions: None,
+        standin: None,
+        ddb: None,
+        echo: None,
+        lock: Some(lock),
+    };
+
+    step("dynamodb-local");
+    let ddb = dynamodb_local::start(
+        &tools.dynamodb_local,
+        &opts.storage,
+        None,
+        &logs.join("dynamodb-local.log"),
+    )?;
+    info(format!("{} ({})", ddb.endpoint, opts.storage));
+    stack.info.dynamodb_endpoint = ddb.endpoint.clone();
+    stack.ddb = Some(ddb);
+    interrupted()?;
+
+    step("build");
+    let cli = build_cli()?;
+    for bin in [EPHEMERAL_KEY, TRANSFER] {
+        util::run(util::cargo().args(["build", "--bin", bin]))?;
+        interrupted()?;
+    }
+
+    let mut env = Env::new();
+    env.stack_wiring(&stack.info.dynamodb_endpoint);
+    env.default("RUST_LOG", "info");
+    stack.info.internal_token = env.internal_token();
+
+    step("tables");
+    let template = util::workspace_root().join("template.yaml");
+    let out = run_cli(
+        &cli,
+        &env,
+        &["tables", "create", "--template"],
+        &[template.as_os_str()],
+    )?;
+    for line in out.lines().filter(|l| !l.trim().is_empty()) {
+        info(line.trim_end());
+    }
+    interrupted()?;
+
+    step("demo data");
+    stack.info.demo = demo(&cli, &env, &opts.storage)?;
+    info(format!(
+        "client {} with accounts {}",
+        stack.info.demo.client_id,
+        stack.info.demo.accounts.join(", ")
+    ));
+
+    step("openai");
+    if env.user_has("OPENAI_API_KEY") || env.user_has("OPENAI_API_KEY_PARAM") {
+        info(format!(
+            "OPENAI_API_KEY is set: client secrets come from {} with your key (from OpenAI they are real, and billed)",
+            env.get("OPENAI_BASE_URL")
+                .unwrap_or_else(|| "https://api.openai.com".into())
+        ));
+    } else {
+        let standin = openai_standin::start(opts.interactive)?;
+        env.set("OPENAI_BASE_URL", &standin.base_url);
+        env.set("OPENAI_API_KEY", STAND_IN_API_KEY);
+        info(format!(
+            "OPENAI_API_KEY is not set: client secrets are FAKE (ek_local_…), minted by a local stand-in at {}",
+            standin.base_url
+        ));
+        stack.info.openai_stand_in = true;
+        stack.standin = Some(standin);
+    }
+
+    step("functions");
+    let mut cmd = Command::new(tools.venv_bin.join("cargo-lambda"));
+    cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
+        .args(["--invoke-port", &invoke_port.to_string()]);
+    if !opts.reload {
+        cmd.arg("--ignore-changes");
+    }
+    env.apply(&mut cmd);
+    let log = fs::File::create(&stack.functions_log)?;
+    cmd.current_dir(util::workspace_root())
+        .env("PATH", util::path_with(&tools.venv_bin)?)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    stack.functions = Some(processes::spawn("cargo lambda watch", &mut cmd)?);
+    info(format!(
+        "cargo lambda watch on 127.0.0.1:{invoke_port}{} (log: {})",
+        if opts.reload {
+            ", reloading on code changes"
+        } else {
+            ""
+        },
+        stack.functions_log.display()
+    ));
+    stack.wait_ready()?;
+
+    write_private(&stack.stack_file, &json::pretty(&stack.info.to_json()))?;
+    if opts.interactive {
+        stack.echo = Some(Echo::start(&stack.functions_log)?);
+    }
+    Ok(stack)
+}
+
+/// Err if Ctrl-C or SIGTERM arrived: the caller unwinds and `Stack` cleans up.
+fn interrupted() -> Result {
+    if signal::received() {
+        Err("interrupted".into())
+    } else {
+        Ok(())
+    }
+}
+
+impl Stack {
+    /// Probes each function until it answers. The transfer function is asked
+    /// for the demo payer's balance (proves tables, seed and token); the
+    /// ephemeral-key function for a session with the internal token when the
+    /// stand-in runs (proves the upstream path, costs no `ip` quota), else
+    /// for its kill switch (no paid call to the real OpenAI at start).
+    fn wait_ready(&mut self) -> Result {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let token = self.info.internal_token.clone();
+        let bearer = format!("Bearer {}", self.info.demo.token);
+        let transfer = format!(
+            "{}/accounts/{}",
+            self.info.transfer_url, self.info.demo.accounts[0]
+        );
+        self.wait_for(TRANSFER, deadline, || {
+            http::request(
+                "GET",
+                &transfer,
+                &[("Authorization", bearer.as_str())],
+                "",
+                PROBE_TIMEOUT,
+            )
+        })?;
+        let mut headers = vec![("Content-Type", "application/json")];
+        if let Some(token) = token.as_deref() {
+            headers.push(("X-Internal-Token", token));
+        }
+        let (method, path) = if self.info.openai_stand_in && token.is_some() {
+            ("POST", "/session")
+        } else {
+            ("GET", "/internal/kill-switch")
+        };
+        let url = format!("{}{path}", self.info.ephemeral_key_url);
+        let body = if method == "POST" { "{}" } else { "" };
+        self.wait_for(EPHEMERAL_KEY, deadline, || {
+            http::request(method, &url, &headers, body, PROBE_TIMEOUT)
+        })?;
+        Ok(())
+    }
+
+    /// Repeats `probe` until the function gives an answer below 500, then
+    /// reports it; fails early on what the log shows cannot recover.
+    fn wait_for(
+        &mut self,
+        name: &str,
+        deadline: Instant,
+        probe: impl Fn() -> Result<http::Response>,
+    ) -> Result {
+        let started = Instant::now();
+        let mut last;
+        loop {
+            interrupted()?;
+            self.check_alive()?;
+            if let Some(problem) = fatal_log_line(&self.functions_log) {
+                return Err(format!(
+                    "{name} cannot start: {problem}\n(full log: {})",
+                    self.functions_log.display()
+                )
+                .into());
+            }
+            match probe() {
+                // Our functions answer JSON (or problem+json) to everything;
+                // cargo-lambda's own refusals (unknown function: 404) do not.
+                Ok(r)
+                    if r.status < 500
+                        && r.header("content-type").is_some_and(|t| t.contains("json")) =>
+                {
+                    let secs = started.elapsed().as_secs_f32();
+                    if r.status == 200 {
+                        info(format!("{name}: ready ({secs:.1}s)"));
+                    } else {
+                        info(format!(
+                            "{name}: answers, but with {} ({secs:.1}s): {}",
+                            r.status,
+                            r.text()
+                        ));
+                    }
+                    return Ok(());
+                }
+                Ok(r) => last = format!("HTTP {}: {}", r.status, r.text()),
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{name} did not answer within {}s (last: {last}); last lines of {}:\n{}",
+                    READY_TIMEOUT.as_secs(),
+                    self.functions_log.display(),
+                    util::tail(&self.functions_log, 20)
+                )
+                .into());
+            }
+            sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Err if a part of the stack exited on its own.
+    pub fn check_alive(&mut self) -> Result {
+        if let Some(ddb) = self.ddb.as_mut() {
+            if let Some(status) = ddb.try_wait()? {
+                return Err(format!(
+                    "DynamoDB Local exited unexpectedly ({status}); last lines of {}:\n{}",
+                    ddb.log.display(),
+                    util::tail(&ddb.log, 20)
+                )
+                .into());
+            }
+        }
+        if let Some(functions) = self.functions.as_mut() {
+            if let Some(status) = functions.try_wait()? {
+                return Err(format!(
+                    "cargo lambda watch exited unexpectedly ({status}); last lines of {}:\n{}",
+                    self.functions_log.display(),
+                    util::tail(&self.functions_log, 20)
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every part and removes the stack file and lock. Idempotent.
+    pub fn stop(&mut self) {
+        // The stack file goes first: from here on nothing should use it.
+        let _ = fs::remove_file(&self.stack_file);
+        // Echo off first: cargo-lambda's shutdown chatter stays in the log.
+        drop(self.echo.take());
+        if let Some(mut functions) = self.functions.take() {
+            functions.stop(STOP_GRACE);
+        }
+        drop(self.standin.take());
+        if let Some(mut ddb) = self.ddb.take() {
+            ddb.stop();
+        }
+        drop(self.lock.take());
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Info {
+    fn to_json(&self) -> Value {
+        json::object([
+            ("ephemeral_key_url", json::string(&self.ephemeral_key_url)),
+            ("transfer_url", json::string(&self.transfer_url)),
+            ("dynamodb_endpoint", json::string(&self.dynamodb_endpoint)),
+            ("openai_stand_in", Value::Bool(self.openai_stand_in)),
+            (
+                "internal_token",
+                self.internal_token
+                    .as_deref()
+                    .map_or(Value::Null, json::string),
+            ),
+            ("demo", self.demo.to_json()),
+        ])
+    }
+}
+
+impl Demo {
+    fn to_json(&self) -> Value {
+        json::object([
+            ("client_id", json::string(&self.client_id)),
+            ("token", json::string(&self.token)),
+            (
+                "accounts",
+                Value::Array(self.accounts.iter().map(json::string).collect()),
+            ),
+        ])
+    }
+
+    fn from_json(v: &Value) -> Option<Demo> {
+        Some(Demo {
+            client_id: v.str_field("client_id")?.to_string(),
+            token: v.str_field("token")?.to_string(),
+            accounts: v
+                .get("accounts")?
+                .as_array()?
+                .iter()
+                .map(|a| a.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()?,
+        })
+    }
+}
+
+/// A line of the functions' log that means waiting longer is pointless.
+fn fatal_log_line(log: &Path) -> Option<String> {
+    let text = fs::read_to_string(log).ok()?;
+    text.lines()
+        .find(|line| {
+            line.contains("bad configuration")
+                || line.contains("error: could not compile")
+                || line.contains("Address already in use")
+        })
+        .map(|line| line.trim().to_string())
+}
+
+/// `cargo build -p tollgate-cli`; returns the binary's path as cargo reports
+/// it (so `CARGO_TARGET_DIR` and friends need no guessing).
+fn build_cli() -> Result<PathBuf> {
+    let out = util::cargo()
+        .args([
+            "build",
+            "-p",
+            CLI_PACKAGE,
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`cargo build -p {CLI_PACKAGE}` failed ({})", out.status).into());
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| json::parse(line).ok())
+        .filter(|msg| msg.str_field("reason") == Some("compiler-artifact"))
+        .filter(|msg| msg.get("target").and_then(|t| t.str_field("name")) == Some(CLI_BIN))
+        .find_map(|msg| msg.str_field("executable").map(PathBuf::from))
+        .ok_or_else(|| {
+            format!("cargo built {CLI_PACKAGE} but reported no `{CLI_BIN}` binary").into()
+        })
+}
+
+/// Runs the CLI with the stack's environment from the workspace root;
+/// returns its stdout, or an error with its stderr.
+fn run_cli(cli: &Path, env: &Env, args: &[&str], more: &[&std::ffi::OsStr]) -> Result<String> {
+    let mut cmd = Command::new(cli);
+    cmd.args(args).args(more);
+    env.apply(&mut cmd);
+    cmd.current_dir(util::workspace_root()).stdin(Stdio::null());
+    let out = cmd
+        .output()
+        .map_err(|e| format!("could not run `{}`: {e}", util::display(&cmd)))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{}` failed ({}): {}",
+            util::display(&cmd),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `tollgate --json <args>` parsed.
+fn cli_json(cli: &Path, env: &Env, args: &[&str]) -> Result<Value> {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = run_cli(cli, env, &all, &[])?;
+    json::parse(out.trim())
+        .map_err(|e| format!("`tollgate {}` printed no JSON ({e}): {out}", args.join(" ")).into())
+}
+
+/// The demo client and accounts: reused from a persistent database when
+/// they are still there, else created.
+fn demo(cli: &Path, env: &Env, storage: &Storage) -> Result<Demo> {
+    let saved = match storage {
+        Storage::Dir(dir) => Some(dir.join(DEMO_FILE)),
+        Storage::InMemory => None,
+    };
+    if let Some(path) = &saved {
+        if let Some(demo) = saved_demo(cli, env, path) {
+            info(format!("reusing the demo saved in {}", path.display()));
+            return Ok(demo);
+        }
+    }
+    let client = cli_json(cli, env, &["clients", "create", "--name", DEMO_CLIENT_NAME])?;
+    let field = |v: &Value, key: &str| -> Result<String> {
+        v.str_field(key)
+            .map(str::to_string)
+            .ok_or_else(|| format!("the CLI's answer has no `{key}`: {}", json::compact(v)).into())
+    };
+    let client_id = field(&client, "client_id")?;
+    let token = field(&client, "token")?;
+    let mut accounts = Vec::new();
+    for balance in DEMO_BALANCES {
+        let account = cli_json(
+            cli,
+            env,
+            &[
+                "accounts",
+                "create",
+                "--client",
+                &client_id,
+                "--balance",
+                &balance.to_string(),
+                "--currency",
+                DEMO_CURRENCY,
+            ],
+        )?;
+        accounts.push(field(&account, "account_id")?);
+    }
+    let demo = Demo {
+        client_id,
+        token,
+        accounts,
+    };
+    if let Some(path) = &saved {
+        write_private(path, &json::pretty(&demo.to_json()))?;
+    }
+    Ok(demo)
+}
+
+/// A saved demo whose accounts still exist with the same owner.
+fn saved_demo(cli: &Path, env: &Env, path: &Path) -> Option<Demo> {
+    let demo = Demo::from_json(&json::parse(&fs::read_to_string(path).ok()?).ok()?)?;
+    if demo.accounts.len() != DEMO_BALANCES.len() {
+        return None;
+    }
+    for account in &demo.accounts {
+        let shown = cli_json(cli, env, &["accounts", "show", account]).ok()?;
+        if shown.str_field("client_id") != Some(&demo.client_id) {
+            return None;
+        }
+    }
+    Some(demo)
+}
+
+/// Writes a file only the owner can read (it holds tokens), atomically, so
+/// a reader never sees half of it.
+fn write_private(path: &Path, text: &str) -> Result {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut options = fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options
+            .open(&tmp)
+            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        file.write_all(text.as_bytes())?;
+    }
+    fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The environment for the CLI and the functions: the user's, plus the
+/// stack's wiring and dev defaults for what the user left unset.
+struct Env {
+    set: Vec<(String, String)>,
+    remove: Vec<&'static str>,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            set: Vec::new(),
+            remove: Vec::new(),
+        }
+    }
+
+    /// Whether the user set `key` (empty counts as unset, as the functions
+    /// read it).
+    fn user_has(&self, key: &str) -> bool {
+        std::env::var(key).is_ok_and(|v| !v.trim().is_empty())
+    }
+
+    /// The value the children will see.
+    fn get(&self, key: &str) -> Option<String> {
+        match self.set.iter().rev().find(|(k, _)| k == key) {
+            Some((_, v)) => Some(v.clone()),
+            None => std::env::var(key).ok().filter(|v| !v.trim().is_empty()),
+        }
+    }
+
+    fn set(&mut self, key: &str, value: &str) {
+        self.set.push((key.to_string(), value.to_string()));
+    }
+
+    /// Sets `key` unless the user did.
+    fn default(&mut self, key: &str, value: &str) {
+        if !self.user_has(key) {
+            self.set(key, value);
+        }
+    }
+
+    /// What always points at this stack: our DynamoDB Local, with dummy
+    /// credentials, and no lookups of real ones (profile, instance metadata).
+    fn stack_wiring(&mut self, endpoint: &str) {
+        self.set("DYNAMODB_ENDPOINT", endpoint);
+        self.set("AWS_ENDPOINT_URL_DYNAMODB", endpoint);
+        self.set("AWS_ACCESS_KEY_ID", "test");
+        self.set("AWS_SECRET_ACCESS_KEY", "test");
+        self.set("AWS_EC2_METADATA_DISABLED", "true");
+        self.default("AWS_REGION", "us-east-1");
+        self.remove.extend(["AWS_SESSION_TOKEN", "AWS_PROFILE"]);
+    }
+
+    /// The user's `INTERNAL_TOKEN`, or a fresh random one for this run;
+    /// `None` if the user keeps it in SSM.
+    fn internal_token(&mut self) -> Option<String> {
+        if self.user_has("INTERNAL_TOKEN") {
+            return std::env::var("INTERNAL_TOKEN").ok();
+        }
+        if self.user_has("INTERNAL_TOKEN_PARAM") {
+            return None;
+        }
+        let token = format!("dev-{}", util::random_hex(16));
+        self.set("INTERNAL_TOKEN", &token);
+        Some(token)
+    }
+
+    fn apply(&self, cmd: &mut Command) {
+        for key in &self.remove {
+            cmd.env_remove(key);
+        }
+        for (key, value) in &self.set {
+            cmd.env(key, value);
+        }
+    }
+}
+
+/// Copies what the functions log to the terminal (stderr), from the moment
+/// the stack is ready: a developer watching `cargo xtask dev` wants to see
+/// requests and rebuilds, not cargo's build chatter from before, nor
+/// cargo-lambda's internal bookkeeping (see [`echo_worthy`]).
+struct Echo {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Echo {
+    fn start(log: &Path) -> Result<Echo> {
+        let mut file = fs::File::open(log)?;
+        file.seek(SeekFrom::End(0))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            thread::Builder::new()
+                .name("log-echo".into())
+                .spawn(move || {
+                    let mut pending = Vec::new();
+                    let mut buf = [0u8; 8192];
+                    while !stop.load(Ordering::SeqCst) {
+                        match file.read(&mut buf) {
+                            Ok(0) | Err(_) => sleep(Duration::from_millis(200)),
+                            Ok(n) => pending.extend_from_slice(&buf[..n]),
+                        }
+                        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                            let line: Vec<u8> = pending.drain(..=end).collect();
+                            let line = String::from_utf8_lossy(&line);
+                            if let Some(line) = echo_worthy(line.trim_end()) {
+                                eprintln!("{line}");
+                            }
+                        }
+                    }
+                })?
+        };
+        Ok(Echo {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// The line to show for a line of the functions' log, if any. cargo-lambda
+/// logs each file event and process start as one huge `Debug` dump; those
+/// are dropped, and any other line is cut at a readable length.
+fn echo_worthy(line: &str) -> Option<String> {
+    const NOISE: &[&str] = &[
+        "action constructed",
+        "outcome resolved",
+        "spawning command",
+        "process group spawned",
+        "run{config=",
+        "waiting on process group",
+        "propagating graceful exit",
+    ];
+    const MAX: usize = 400;
+    if line.is_empty() || NOISE.iter().any(|n| line.contains(n)) {
+        return None;
+    }
+    if line.len() <= MAX {
+        return Some(line.to_string());
+    }
+    let mut cut = MAX;
+    while !line.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(format!("{}…", &line[..cut]))
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Quotes a value for a POSIX shell.
+fn sh(value: &str) -> String {
+    if !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:@=,".contains(&b))
+    {
+        value.to_string()
+    } else {
+        format!("'{}'", value.replace('\'', r"'\''"))
+    }
+}
+
+/// The ready-to-paste commands.
+fn banner(info: &Info, stack_file: &Path, functions_log: &Path) -> String {
+    let ek = &info.ephemeral_key_url;
+    let tr = &info.transfer_url;
+    let demo = &info.demo;
+    let (from, to) = (&demo.accounts[0], &demo.accounts[1]);
+    let auth = sh(&format!("Authorization: Bearer {}", demo.token));
+    let key = sh(&format!("Idempotency-Key: demo-{}", util::unix_now()));
+    let transfer_body = sh(&format!(
+        r#"{{"from":"{from}","to":"{to}","amount":2500,"memo":"demo"}}"#
+    ));
+    let transfer = format!(
+        "curl -sS -i -X POST {tr}/transfers -H {auth} -H {key} -H 'Content-Type: application/json' -d {transfer_body}"
+    );
+    let secrets = if info.openai_stand_in {
+        "FAKE secrets from the local OpenAI stand-in"
+    } else {
+        "REAL secrets from OpenAI, billed to your key"
+    };
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(String::new());
+    line("Tollgate dev stack is ready. Paste any of these:".into());
+    line(String::new());
+    line(format!("# mint a client secret ({secrets})"));
+    line(format!(
+        "curl -sS -X POST {ek}/session -H 'Content-Type: application/json' -d '{{}}'"
+    ));
+    line(String::new());
+    line(format!(
+        "# move 2500 {DEMO_CURRENCY} from the demo payer to the payee: 201"
+    ));
+    line(transfer.clone());
+    line(
+        "# the same request again: replayed, not repeated (Idempotent-Replayed: true, same body)"
+            .into(),
+    );
+    line(transfer);
+    line(String::new());
+    line("# the payer's balance".into());
+    line(format!("curl -sS {tr}/accounts/{from} -H {auth}"));
+    line(String::new());
+    line("# kill switch: POST /session gets 403 service_disabled (applies within KILL_SWITCH_CACHE_SECONDS)".into());
+    line("cargo run -q -p tollgate-cli -- kill-switch on --function ephemeral-key --message 'Back in 5 minutes'".into());
+    line("cargo run -q -p tollgate-cli -- kill-switch off --function ephemeral-key".into());
+    if let Some(token) = &info.internal_token {
+        line("# or through the API, with the internal token".into());
+        line(format!(
+            "curl -sS -X PUT {ek}/internal/kill-switch -H {} -H 'Content-Type: application/json' -d '{{\"function\":\"ephemeral-key\",\"enabled\":false}}'",
+            sh(&format!("X-Internal-Token: {token}"))
+        ));
+    }
+    line(String::new());
+    line(format!("ephemeral-key:  {ek}"));
+    line(format!("transfer:       {tr}"));
+    line(format!("DynamoDB Local: {}", info.dynamodb_endpoint));
+    match &info.internal_token {
+        Some(token) => line(format!("INTERNAL_TOKEN: {token}")),
+        None => line("INTERNAL_TOKEN: from SSM (INTERNAL_TOKEN_PARAM)".into()),
+    }
+    line(format!("demo token:     {}", demo.token));
+    line(format!("stack file:     {}", stack_file.display()));
+    line(format!(
+        "function logs:  {} (also shown below)",
+        functions_log.display()
+    ));
+    line("POST /session allows 10 per hour per address by default (SESSION_RATE_LIMITS), and every local request comes from 127.0.0.1.".into());
+    line("Ctrl-C stops everything.".into());
+    out
+}
+
+const USAGE: &str = "\
+Usage: cargo xtask dev [--persist <dir>] [--port <port>] [--no-reload]
+
+Runs the whole stack locally until Ctrl-C: DynamoDB Local, the tables of
+template.yaml, a demo client with two accounts, a local OpenAI stand-in (when
+OPENAI_API_KEY is unset) and both functions under `cargo lambda watch`.
+Writes .dev/stack.json and prints curl lines once everything answers.
+
+Options:
+  --persist <dir>  keep DynamoDB's data (and the demo credentials) in <dir>
+                   across restarts; default: in memory
+  --port <port>    port of the functions' URLs; default: a free one
+  --no-reload      do not rebuild and restart functions on code changes
+
+Variables you set (RUST_LOG, INTERNAL_TOKEN, OPENAI_API_KEY, OPENAI_BASE_URL,
+table names, limits, ...) reach both functions unchanged.";
+
+/// `cargo xtask dev`.
+pub fn run(args: &[String]) -> Result {
+    let mut storage = Storage::InMemory;
+    let mut invoke_port = None;
+    let mut reload = true;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--persist" => storage = Storage::Dir(args.next().ok_or(USAGE)?.into()),
+            "--port" => {
+                let value = args.next().ok_or(USAGE)?;
+                invoke_port = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("invalid port `{value}`\n{USAGE}"))?,
+                );
+            }
+            "--no-reload" => reload = false,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            _ => return Err(format!("unexpected argument `{arg}`\n{USAGE}").into()),
+        }
+    }
+    if let Storage::Dir(dir) = &storage {
+        storage = Storage::Dir(std::path::absolute(dir)?);
+    }
+    if let Storage::Dir(dir) = &storage {
+        if reload {
+            warn_if_watched(dir);
+        }
+    }
+    let started = Instant::now();
+    let opts = Options {
+        state_dir: util::workspace_root().join(".dev"),
+        storage,
+        invoke_port,
+        reload,
+        interactive: true,
+    };
+    // Refuse a second start before spending time on setup.
+    let lock = lock(&opts.state_dir)?;
+    step("setup");
+    let tools = crate::setup::all()?;
+    let mut stack = start(&tools, &opts, Some(lock))?;
+    info(format!(
+        "started in {:.1}s",
+        started.elapsed().as_secs_f32()
+    ));
+    print!(
+        "{}",
+        banner(&stack.info, &stack.stack_file, &stack.functions_log)
+    );
+    let _ = std::io::stdout().flush();
+
+    let result = loop {
+        if signal::received() {
+            break Ok(());
+        }
+        if let Err(e) = stack.check_alive() {
+            break Err(e);
+        }
+        sleep(Duration::from_millis(200));
+    };
+    step("stopping");
+    stack.stop();
+    let left = processes::leftovers();
+    if left.is_empty() {
+        info("everything stopped; stack file and lock removed");
+    } else {
+        info(format!("still running: {left:?}"));
+    }
+    result
+}
+
+/// `cargo lambda watch` restarts the functions when a file it watches
+/// changes, and it watches the repository minus what git ignores. A database
+/// kept there would restart them on every write.
+fn warn_if_watched(dir: &Path) {
+    let root = util::workspace_root();
+    if !dir.starts_with(&root) {
+        return;
+    }
+    let ignored = Command::new("git")
+        .arg("check-ignore")
+        .arg("-q")
+        .arg(dir)
+        .current_dir(&root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success());
+    if let Ok(false) = ignored {
+        info(format!(
+            "warning: {} is inside the repository and not git-ignored, so every database write restarts the functions; use a directory under .dev/ or outside the repository, or --no-reload",
+            dir.display()
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(sh("http://127.0.0.1:9/x"), "http://127.0.0.1:9/x");
+        assert_eq!(sh("a b"), "'a b'");
+        assert_eq!(sh("it's"), r"'it'\''s'");
+        assert_eq!(sh(""), "''");
+    }
+
+    #[test]
+    fn echo_drops_cargo_lambda_bookkeeping() {
+        assert_eq!(
+            echo_worthy(r#"{"level":"INFO","message":"kill switch on"}"#).as_deref(),
+            Some(r#"{"level":"INFO","message":"kill switch on"}"#)
+        );
+        assert_eq!(
+            echo_worthy(" INFO action constructed action=Action { events: [] }"),
+            None
+        );
+        assert!(echo_worthy(&"é".repeat(300)).unwrap().ends_with('…'));
+    }
+
+    #[test]
+    fn demo_round_trips() {
+        let demo = Demo {
+            client_id: "cl_1".into(),
+            token: "tok".into(),
+            accounts: vec!["acc_1".into(), "acc_2".into()],
+        };
+        let back = Demo::from_json(&json::parse(&json::pretty(&demo.to_json())).unwrap()).unwrap();
+        assert_eq!(back.accounts, demo.accounts);
+        assert_eq!(back.token, "tok");
+    }
+}
