@@ -61,12 +61,13 @@ pub fn find_stack_file(cwd: &Path) -> Option<PathBuf> {
         .find(|path| path.is_file())
 }
 
-/// Decides the target: `explicit` (`--stack-file`, relative to `cwd`), else a discovered stack
-/// file, else the environment. A named stack file must exist and be readable.
+/// Decides the target: `explicit` (`--stack-file`, relative to `cwd`), else
+/// `TOLLGATE_STACK_FILE`, else a discovered stack file, else the environment. A named stack file must exist and be readable.
 pub fn resolve(env: &Env, cwd: &Path, explicit: Option<&Path>) -> Result<Target, CliError> {
-    let stack_file = match explicit {
-        Some(path) => Some(cwd.join(path)),
-        None => find_stack_file(cwd),
+    let stack_file = match (explicit, env.get("TOLLGATE_STACK_FILE")) {
+        (Some(path), _) => Some(cwd.join(path)),
+        (None, Some(path)) => Some(cwd.join(path.trim())),
+        (None, None) => find_stack_file(cwd),
     };
     let endpoint_var = env.get("DYNAMODB_ENDPOINT").map(|e| e.trim().to_string());
     let Some(stack_file) = stack_file else {

@@ -13,6 +13,7 @@
 
 mod http;
 mod kill_switch;
+mod readme;
 mod session;
 mod stack;
 mod transfer;

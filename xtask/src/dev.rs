@@ -133,6 +133,12 @@ pub fn stack_file(state_dir: &Path) -> PathBuf {
     state_dir.join("stack.json")
 }
 
+/// The shell file beside the stack file: `source .dev/env` gives the README's examples their
+/// variables.
+pub fn env_file(stack_file: &Path) -> PathBuf {
+    stack_file.with_file_name("env")
+}
+
 pub fn lock_file(state_dir: &Path) -> PathBuf {
     state_dir.join("dev.lock")
 }
@@ -284,6 +290,10 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     stack.wait_ready()?;
 
     write_private(&stack.stack_file, &json::pretty(&stack.info.to_json()))?;
+    write_private(
+        &env_file(&stack.stack_file),
+        &stack.info.to_shell(&stack.stack_file),
+    )?;
     if opts.interactive {
         stack.echo = Some(Echo::start(&stack.functions_log)?);
     }
@@ -423,6 +433,7 @@ impl Stack {
     pub fn stop(&mut self) {
         // The stack file goes first: from here on nothing should use it.
         let _ = fs::remove_file(&self.stack_file);
+        let _ = fs::remove_file(env_file(&self.stack_file));
         // Echo off first: cargo-lambda's shutdown chatter stays in the log.
         drop(self.echo.take());
         if let Some(mut functions) = self.functions.take() {
@@ -443,6 +454,28 @@ impl Drop for Stack {
 }
 
 impl Info {
+    /// `export` lines for the README's examples: `SESSION_URL`, `TRANSFER_URL`, `TOKEN`,
+    /// `FROM`, `TO`, `INTERNAL_TOKEN` and `TOLLGATE_STACK_FILE` (which the CLI reads).
+    fn to_shell(&self, stack_file: &Path) -> String {
+        let stack_file = fs::canonicalize(stack_file).unwrap_or_else(|_| stack_file.to_path_buf());
+        let mut vars = vec![
+            ("SESSION_URL", self.ephemeral_key_url.clone()),
+            ("TRANSFER_URL", self.transfer_url.clone()),
+            ("TOKEN", self.demo.token.clone()),
+            ("FROM", self.demo.accounts[0].clone()),
+            ("TO", self.demo.accounts[1].clone()),
+            ("TOLLGATE_STACK_FILE", stack_file.display().to_string()),
+        ];
+        if let Some(token) = &self.internal_token {
+            vars.push(("INTERNAL_TOKEN", token.clone()));
+        }
+        let mut out = String::from("# Written by `cargo xtask dev`; removed when it stops.\n");
+        for (name, value) in vars {
+            out.push_str(&format!("export {name}={}\n", sh(&value)));
+        }
+        out
+    }
+
     fn to_json(&self) -> Value {
         json::object([
             ("ephemeral_key_url", json::string(&self.ephemeral_key_url)),
@@ -872,6 +905,10 @@ fn banner(info: &Info, stack_file: &Path, functions_log: &Path) -> String {
     }
     line(format!("demo token:     {}", demo.token));
     line(format!("stack file:     {}", stack_file.display()));
+    line(format!(
+        "shell:          source {}   # the README's examples use these variables",
+        env_file(stack_file).display()
+    ));
     line(format!(
         "function logs:  {} (also shown below)",
         functions_log.display()
