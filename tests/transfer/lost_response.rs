@@ -68,3 +68,32 @@ async fn a_request_dropped_before_dynamodb_saw_it_commits_once_on_the_retry() {
     assert_eq!((h.balance(&a).await, h.balance(&b).await), (999, 1));
     assert_eq!(h.count(&h.tables.transfers).await, 1);
 }
+
+/// A store failure is a 5xx, stores nothing and leaves the key free: the retry runs anew.
+#[tokio::test]
+async fn a_failing_store_gives_503_and_leaves_the_key_free() {
+    let (h, proxy) = through_proxy().await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 1_000, "JPY").await;
+    let b = h.account(&alice, 0, "JPY").await;
+    // More 500s than the SDK has attempts: the request fails as a whole.
+    for _ in 0..3 {
+        proxy.arm("TransactWriteItems", Fault::ServerError);
+    }
+    let body = TransferHarness::body(&a, &b, 40);
+    let failed = h.send(h.post(&alice, "k-5xx", &body)).await;
+    assert_eq!(failed.status(), 503, "{:?}", json_body(&failed));
+    assert!(failed.headers().contains_key("retry-after"));
+    assert_eq!(proxy.fired(), 3);
+    assert_eq!(
+        h.count(&h.tables.idempotency).await,
+        0,
+        "nothing stored under the key"
+    );
+    assert_eq!((h.balance(&a).await, h.balance(&b).await), (1_000, 0));
+
+    let retried = h.send(h.post(&alice, "k-5xx", &body)).await;
+    assert_eq!(retried.status(), 201);
+    assert!(retried.headers().get("idempotent-replayed").is_none());
+    assert_eq!((h.balance(&a).await, h.balance(&b).await), (960, 40));
+}
