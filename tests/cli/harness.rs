@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
@@ -28,17 +27,7 @@ pub fn table_defs() -> Vec<TableDef> {
 
 /// A prefix no other test (in this or another test process) uses.
 pub fn unique_prefix() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!(
-        "cli{}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed),
-        nanos
-    )
+    format!("cli-{}", dynamo::unique_prefix())
 }
 
 /// Table names under `prefix`, by logical id, and the variables naming them.

@@ -1,6 +1,7 @@
 //! DynamoDB Local: clients and per-test tables.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{
@@ -8,6 +9,8 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use aws_sdk_dynamodb::Client;
+
+use tollgate_cli::template::{self, TableDef};
 
 use crate::counting::RequestCounter;
 
@@ -47,7 +50,8 @@ pub struct Tables {
     pub idempotency: String,
 }
 
-fn unique_prefix() -> String {
+/// A prefix no other test (in this or another test process) uses.
+pub fn unique_prefix() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -61,8 +65,19 @@ fn unique_prefix() -> String {
     )
 }
 
+/// The table definitions of the project's `template.yaml`, read once.
+pub fn template_tables() -> &'static [TableDef] {
+    static DEFS: OnceLock<Vec<TableDef>> = OnceLock::new();
+    DEFS.get_or_init(|| {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml");
+        let text = std::fs::read_to_string(path).expect("template.yaml is readable");
+        template::table_definitions(&text).expect("template.yaml defines its tables")
+    })
+}
+
 impl Tables {
-    /// Creates fresh tables with unique names.
+    /// Creates fresh tables with unique names, each exactly as `template.yaml` defines it (so
+    /// every test runs on the deployed schema, TTL included).
     pub async fn create(ddb: &Client) -> Self {
         let prefix = unique_prefix();
         let tables = Self {
@@ -73,15 +88,22 @@ impl Tables {
             transfers: format!("{prefix}-transfers"),
             idempotency: format!("{prefix}-idempotency"),
         };
-        for name in [
-            &tables.rate_limits,
-            &tables.control,
-            &tables.clients,
-            &tables.accounts,
-            &tables.transfers,
-            &tables.idempotency,
+        for (logical_id, name) in [
+            ("RateLimitTable", &tables.rate_limits),
+            ("ControlTable", &tables.control),
+            ("ClientsTable", &tables.clients),
+            ("AccountsTable", &tables.accounts),
+            ("TransfersTable", &tables.transfers),
+            // One idempotency table per test serves either function.
+            ("TransferIdempotencyTable", &tables.idempotency),
         ] {
-            create_pk_table(ddb, name).await;
+            let def = template_tables()
+                .iter()
+                .find(|d| d.logical_id == logical_id)
+                .unwrap_or_else(|| panic!("template.yaml has no {logical_id}"));
+            template::create_table(ddb, name, def)
+                .await
+                .unwrap_or_else(|e| panic!("create table {name}: {e}"));
         }
         tables
     }
@@ -99,7 +121,8 @@ impl Tables {
     }
 }
 
-/// A table with a single string partition key `pk`, on demand.
+/// A bare table with a single string partition key `pk`, on demand (for tests of the SDK and
+/// the fault proxy themselves, not of the project's tables).
 pub async fn create_pk_table(ddb: &Client, name: &str) {
     ddb.create_table()
         .table_name(name)
