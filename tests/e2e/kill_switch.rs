@@ -33,12 +33,18 @@ impl Drop for SwitchOff {
     }
 }
 
-/// Polls `POST /session` until `done` accepts an answer or [`APPLY_WITHIN`] passes.
-fn session_until(what: &str, done: impl Fn(&http::Response) -> bool) -> http::Response {
+/// Polls `POST /session` until `done` accepts an answer or [`APPLY_WITHIN`] passes. The polls
+/// carry the internal token when the stack has one, so they do not use up the per-address
+/// quota that every local request shares (127.0.0.1).
+pub(crate) fn session_until(what: &str, done: impl Fn(&http::Response) -> bool) -> http::Response {
     let url = format!("{}/session", stack().ephemeral_key_url);
     let deadline = Instant::now() + APPLY_WITHIN;
     loop {
-        let resp = http::post(&url).json(&serde_json::json!({})).send();
+        let mut req = http::post(&url);
+        if let Some(token) = &stack().internal_token {
+            req = req.header("X-Internal-Token", token);
+        }
+        let resp = req.json(&serde_json::json!({})).send();
         if done(&resp) {
             return resp;
         }

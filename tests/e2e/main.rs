@@ -11,6 +11,7 @@
 //! use: each run makes about three `POST /session` calls, and the default limit is 10 per hour
 //! per address (every local request comes from 127.0.0.1).
 
+mod cli;
 mod http;
 mod kill_switch;
 mod readme;
