@@ -97,3 +97,22 @@ async fn a_failing_store_gives_503_and_leaves_the_key_free() {
     assert!(retried.headers().get("idempotent-replayed").is_none());
     assert_eq!((h.balance(&a).await, h.balance(&b).await), (960, 40));
 }
+
+/// A stored refusal whose write answer is lost: the SDK's retry finds our own record, and the
+/// client still gets a first answer, not a replay.
+#[tokio::test]
+async fn a_lost_answer_to_storing_a_refusal_is_still_a_first_answer() {
+    let (h, proxy) = through_proxy().await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 10, "JPY").await;
+    let b = h.account(&alice, 0, "JPY").await;
+    proxy.arm("PutItem", Fault::DropResponseAfterCommit);
+    let body = TransferHarness::body(&a, &b, 500);
+    let first = h.send(h.post(&alice, "k-402-lost", &body)).await;
+    assert_eq!(first.status(), 402);
+    assert_eq!(proxy.fired(), 1);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let again = h.send(h.post(&alice, "k-402-lost", &body)).await;
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.body().as_ref(), first.body().as_ref());
+}

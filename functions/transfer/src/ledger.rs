@@ -480,6 +480,8 @@ impl Ledger {
         let stored = StoredResponse::capture(&response);
         match self.idempotency.store(scope, fingerprint, &stored).await? {
             None => Ok(stored.to_response()),
+            // Our own write, whose answer was lost and retried by the SDK: not a replay.
+            Some(Existing::Replay(r)) if r == stored => Ok(stored.to_response()),
             Some(existing) => existing.into_result(),
         }
     }
