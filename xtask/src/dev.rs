@@ -93,6 +93,20 @@ pub struct Options {
     /// Interactive use: log each fake secret the stand-in mints, and copy
     /// the functions' log to the terminal once the stack is ready.
     pub interactive: bool,
+    /// What `cargo xtask replay` changes; the default changes nothing.
+    pub hooks: Hooks,
+}
+
+/// `cargo xtask replay`'s hooks into the stack: a fixed DynamoDB Local port
+/// (a fault proxy in front of it starts before the stack), variables only the
+/// functions see (their `DYNAMODB_ENDPOINT` is that proxy; the CLI and the
+/// stack file keep DynamoDB Local itself), and `cargo lambda watch
+/// --concurrency` (instances per function; cargo-lambda's default is 1).
+#[derive(Debug, Clone, Default)]
+pub struct Hooks {
+    pub dynamodb_port: Option<u16>,
+    pub function_env: Vec<(String, String)>,
+    pub concurrency: Option<u32>,
 }
 
 /// The demo client and its accounts (payer first).
@@ -122,11 +136,15 @@ pub struct Stack {
     pub stack_file: PathBuf,
     pub functions_log: PathBuf,
     functions: Option<processes::Tree>,
+    /// Starts `cargo lambda watch` again, as at start (see [`Stack::restart_functions`]).
+    respawn: Option<Respawn>,
     standin: Option<StandIn>,
     ddb: Option<DynamoDbLocal>,
     echo: Option<Echo>,
     lock: Option<Lock>,
 }
+
+type Respawn = Box<dyn Fn() -> Result<processes::Tree>>;
 
 /// Paths inside the state directory.
 pub fn stack_file(state_dir: &Path) -> PathBuf {
@@ -193,6 +211,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         stack_file,
         functions_log: logs.join("functions.log"),
         functions: None,
+        respawn: None,
         standin: None,
         ddb: None,
         echo: None,
@@ -203,7 +222,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     let ddb = dynamodb_local::start(
         &tools.dynamodb_local,
         &opts.storage,
-        None,
+        opts.hooks.dynamodb_port,
         &logs.join("dynamodb-local.log"),
     )?;
     info(format!("{} ({})", ddb.endpoint, opts.storage));
@@ -264,20 +283,35 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     }
 
     step("functions");
-    let mut cmd = Command::new(tools.venv_bin.join("cargo-lambda"));
-    cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
-        .args(["--invoke-port", &invoke_port.to_string()]);
-    if !opts.reload {
-        cmd.arg("--ignore-changes");
-    }
-    env.apply(&mut cmd);
-    let log = fs::File::create(&stack.functions_log)?;
-    cmd.current_dir(util::workspace_root())
-        .env("PATH", util::path_with(&tools.venv_bin)?)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    stack.functions = Some(processes::spawn("cargo lambda watch", &mut cmd)?);
+    fs::File::create(&stack.functions_log)?;
+    let respawn: Respawn = {
+        let (venv_bin, log_path) = (tools.venv_bin.clone(), stack.functions_log.clone());
+        let (reload, hooks) = (opts.reload, opts.hooks.clone());
+        Box::new(move || {
+            let mut cmd = Command::new(venv_bin.join("cargo-lambda"));
+            cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
+                .args(["--invoke-port", &invoke_port.to_string()]);
+            if !reload {
+                cmd.arg("--ignore-changes");
+            }
+            if let Some(n) = hooks.concurrency {
+                cmd.args(["--concurrency", &n.to_string()]);
+            }
+            env.apply(&mut cmd);
+            for (key, value) in &hooks.function_env {
+                cmd.env(key, value);
+            }
+            let log = fs::OpenOptions::new().append(true).open(&log_path)?;
+            cmd.current_dir(util::workspace_root())
+                .env("PATH", util::path_with(&venv_bin)?)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log);
+            processes::spawn("cargo lambda watch", &mut cmd)
+        })
+    };
+    stack.functions = Some(respawn()?);
+    stack.respawn = Some(respawn);
     info(format!(
         "cargo lambda watch on 127.0.0.1:{invoke_port}{} (log: {})",
         if opts.reload {
@@ -402,6 +436,23 @@ impl Stack {
             }
             sleep(Duration::from_millis(250));
         }
+    }
+
+    /// Stops `cargo lambda watch` and starts it again on the same port, then
+    /// waits until the functions answer: a cold start of every function.
+    /// cargo-lambda (1.9.2) never restarts a function process that died;
+    /// invocations then wait for it for ever. So after `cargo xtask replay`
+    /// kills one, this is the restart.
+    pub fn restart_functions(&mut self) -> Result {
+        if let Some(mut functions) = self.functions.take() {
+            functions.stop(STOP_GRACE);
+        }
+        let respawn = self
+            .respawn
+            .as_ref()
+            .ok_or("the functions were never started")?;
+        self.functions = Some(respawn()?);
+        self.wait_ready()
     }
 
     /// Err if a part of the stack exited on its own.
@@ -975,6 +1026,7 @@ pub fn run(args: &[String]) -> Result {
         invoke_port,
         reload,
         interactive: true,
+        hooks: Hooks::default(),
     };
     // Refuse a second start before spending time on setup.
     let lock = lock(&opts.state_dir)?;

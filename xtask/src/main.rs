@@ -10,6 +10,7 @@ mod json;
 mod lock;
 mod openai_standin;
 mod processes;
+mod replay;
 mod setup;
 mod signal;
 mod test;
@@ -32,11 +33,17 @@ Commands:
               OPENAI_API_KEY is unset, and both functions under
               `cargo lambda watch`; writes .dev/stack.json and prints curl
               lines; Ctrl-C stops everything
-  test [--no-lint] [--no-e2e] [-- <cargo test args>]
+  test [--no-lint] [--no-e2e] [--no-replay] [-- <cargo test args>]
               setup, cargo fmt --check, clippy (skipped with --no-lint),
               cargo test --workspace against a fresh in-memory DynamoDB Local,
               then the end-to-end tests against a private dev stack
-              (skipped with --no-e2e)
+              (skipped with --no-e2e), then a 2,000-request replay
+              (skipped with --no-replay)
+  replay [--seed <n>] [--requests <n>] [--report <file.md>] [...]
+              a day of hostile transfer traffic (50,000 requests by
+              default) through the functions, with DynamoDB faults and
+              process kills, reconciled against an independent ledger;
+              non-zero exit on any violation (`replay --help` for more)
   help        Show this text
 
 Environment:
@@ -54,6 +61,7 @@ fn main() -> ExitCode {
         "dynamodb" => dynamodb_local::run(rest),
         "dev" => dev::run(rest),
         "test" => test::run(rest),
+        "replay" => replay::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the full check CI runs, runnable locally as is.
 //!
 //! setup → `cargo fmt --check` → clippy → DynamoDB Local → `cargo test` →
-//! end-to-end tests against a private dev stack.
+//! end-to-end tests against a private dev stack → a 2,000-request replay
+//! (`cargo xtask replay`, skipped with `--no-replay`).
 //! A failing step does not stop the run: one pass reports everything that
 //! is wrong. The exit status is non-zero if any step failed.
 
@@ -14,16 +15,19 @@ use crate::setup::Tools;
 use crate::util::{self, info, step, Result};
 use crate::{lock, setup, signal};
 
-const USAGE: &str = "Usage: cargo xtask test [--no-lint] [--no-e2e] [-- <cargo test args>]";
+const USAGE: &str =
+    "Usage: cargo xtask test [--no-lint] [--no-e2e] [--no-replay] [-- <cargo test args>]";
 
 pub fn run(args: &[String]) -> Result {
     let mut lint = true;
     let mut e2e = true;
+    let mut replay = true;
     let mut test_args: &[String] = &[];
     for (i, arg) in args.iter().enumerate() {
         match arg.as_str() {
             "--no-lint" => lint = false,
             "--no-e2e" => e2e = false,
+            "--no-replay" => replay = false,
             "--" => {
                 test_args = &args[i + 1..];
                 break;
@@ -106,6 +110,18 @@ pub fn run(args: &[String]) -> Result {
         check(&mut failed, "e2e", end_to_end(&tools));
     }
 
+    if replay && !signal::received() {
+        // A 2,000-request day of hostile transfer traffic, reconciled (`cargo xtask replay`).
+        step("replay");
+        let started = std::time::Instant::now();
+        let result = crate::replay::replay(&tools, &crate::replay::ci());
+        info(format!(
+            "replay step took {:.1}s",
+            started.elapsed().as_secs_f32()
+        ));
+        check(&mut failed, "replay", result);
+    }
+
     if signal::received() {
         return Err("interrupted".into());
     }
@@ -139,6 +155,7 @@ fn end_to_end(tools: &Tools) -> Result {
             invoke_port: None,
             reload: false,
             interactive: false,
+            hooks: dev::Hooks::default(),
         },
         None,
     );

@@ -1,0 +1,493 @@
+//! Reconciliation: the log against DynamoDB, read directly (not through the functions).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use tollgate::idempotency::{IdempotencyKey, Record, RecordState, Scope};
+
+use crate::plan::Kind;
+use crate::run::{LogicalLog, Outcome};
+
+type Item = HashMap<String, AttributeValue>;
+
+/// Every item of a table, all pages.
+pub async fn scan(ddb: &Client, table: &str) -> Vec<Item> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let out = ddb
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("scan {table}: {e:?}"));
+        items.extend(out.items().iter().cloned());
+        match out.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start = Some(k.clone()),
+            _ => return items,
+        }
+    }
+}
+
+fn s<'a>(item: &'a Item, key: &str) -> Option<&'a str> {
+    item.get(key)?.as_s().ok().map(String::as_str)
+}
+
+fn n(item: &Item, key: &str) -> Option<i128> {
+    item.get(key)?.as_n().ok()?.parse().ok()
+}
+
+/// One check and what broke it.
+pub struct Check {
+    pub name: &'static str,
+    pub checked: usize,
+    pub violations: Vec<String>,
+}
+
+impl Check {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            checked: 0,
+            violations: Vec::new(),
+        }
+    }
+
+    fn fail(&mut self, what: String) {
+        self.violations.push(what);
+    }
+}
+
+/// A transfer record as stored.
+#[derive(Debug, Clone)]
+struct TransferRecord {
+    id: String,
+    from: String,
+    to: String,
+    amount: i128,
+    memo: Option<String>,
+    scope: String,
+}
+
+pub struct Inputs<'a> {
+    pub logs: &'a [LogicalLog],
+    pub client_ids: &'a [String],
+    pub accounts: &'a [(String, u64)],
+    pub transfers: Vec<Item>,
+    pub account_items: Vec<Item>,
+    pub idempotency: Vec<Item>,
+}
+
+pub struct Findings {
+    pub checks: Vec<Check>,
+    pub unknown: usize,
+    pub unknown_committed: usize,
+    pub acknowledged: usize,
+    pub records: usize,
+    pub total_initial: u64,
+    pub total_final: i128,
+}
+
+const STORED: [u16; 4] = [201, 402, 403, 404];
+
+fn expected_code(status: u16) -> Option<&'static str> {
+    Some(match status {
+        400 => "invalid_request",
+        401 => "unauthorized",
+        402 => "insufficient_funds",
+        403 => "forbidden",
+        404 => "account_not_found",
+        409 => "request_in_progress",
+        422 => "idempotency_key_reused",
+        503 => "temporarily_unavailable",
+        _ => return None,
+    })
+}
+
+fn show(log: &LogicalLog) -> String {
+    format!(
+        "#{} {} (key {:?})",
+        log.logical.index,
+        log.logical.kind.label(),
+        log.logical.key
+    )
+}
+
+pub fn reconcile(inp: Inputs<'_>) -> Findings {
+    let mut statuses =
+        Check::new("422/409/402 (and every status) exactly where the log calls for them");
+    let mut replays = Check::new("every replay byte-identical to the first answer");
+    let mut doubles = Check::new("double transfers: 0");
+    let mut orphans = Check::new("no transfer record without a logical request");
+    let mut acked = Check::new("every acknowledged (201) transfer present exactly once, as sent");
+    let mut refused = Check::new("refused requests moved nothing; unknown ones at most once");
+    let mut stored =
+        Check::new("stored responses are the ones clients were given; 400/401 store nothing");
+    let mut ledger = Check::new("balances = opening + the log's transfers (independent ledger)");
+    let mut conserved = Check::new("total money conserved");
+    let mut negative = Check::new("no negative balance");
+
+    // Scope pk per logical request (bad-token requests have none: no client was verified).
+    let mut pk_of: HashMap<usize, String> = HashMap::new();
+    for (i, log) in inp.logs.iter().enumerate() {
+        let l = &log.logical;
+        if matches!(l.kind, Kind::BadToken(_)) {
+            continue;
+        }
+        if let Some(key) = l.key.as_deref() {
+            if let Ok(key) = IdempotencyKey::parse(Some(key.as_bytes())) {
+                pk_of.insert(
+                    i,
+                    Scope::new(&inp.client_ids[l.client], "POST /transfers", &key)
+                        .pk()
+                        .to_string(),
+                );
+            }
+        }
+    }
+    let ours: HashMap<&str, usize> = pk_of.iter().map(|(i, pk)| (pk.as_str(), *i)).collect();
+
+    // Transfer records by scope.
+    let mut by_scope: BTreeMap<String, Vec<TransferRecord>> = BTreeMap::new();
+    for item in &inp.transfers {
+        let r = TransferRecord {
+            id: s(item, "pk").unwrap_or_default().into(),
+            from: s(item, "from").unwrap_or_default().into(),
+            to: s(item, "to").unwrap_or_default().into(),
+            amount: n(item, "amount").unwrap_or(-1),
+            memo: s(item, "memo").map(str::to_string),
+            scope: s(item, "idempotency_pk").unwrap_or_default().into(),
+        };
+        orphans.checked += 1;
+        if !ours.contains_key(r.scope.as_str()) {
+            orphans.fail(format!(
+                "record {} ({} -> {}, {}) has scope {:?}, which no logical request of the log has",
+                r.id, r.from, r.to, r.amount, r.scope
+            ));
+        }
+        by_scope.entry(r.scope.clone()).or_default().push(r);
+    }
+    for (scope, records) in &by_scope {
+        doubles.checked += 1;
+        if records.len() > 1 {
+            let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+            doubles.fail(format!(
+                "DOUBLE TRANSFER: scope {scope:?} has {} records: {ids:?}",
+                records.len()
+            ));
+        }
+    }
+    let idem: HashMap<&str, &Item> = inp
+        .idempotency
+        .iter()
+        .filter_map(|i| Some((s(i, "pk")?, i)))
+        .collect();
+
+    let opening: HashMap<&str, u64> = inp.accounts.iter().map(|(a, b)| (a.as_str(), *b)).collect();
+    let mut expected: HashMap<&str, i128> = opening.iter().map(|(a, b)| (*a, *b as i128)).collect();
+    let mut apply = |from: &str, to: &str, amount: i128| {
+        if let Some(b) = expected.get_mut(from) {
+            *b -= amount;
+        }
+        if let Some(b) = expected.get_mut(to) {
+            *b += amount;
+        }
+    };
+    let (mut unknown, mut unknown_committed, mut acknowledged) = (0, 0, 0);
+
+    for (i, log) in inp.logs.iter().enumerate() {
+        let l = &log.logical;
+        let records = pk_of
+            .get(&i)
+            .and_then(|pk| by_scope.get(pk))
+            .cloned()
+            .unwrap_or_default();
+        // --- statuses
+        for e in &log.exchanges {
+            let Outcome::Answer {
+                status,
+                code,
+                replayed,
+                ..
+            } = &e.outcome
+            else {
+                continue;
+            };
+            statuses.checked += 1;
+            let status = *status;
+            let ok = match status {
+                503 => true,
+                409 => e.concurrent || e.after_unanswered,
+                422 if e.body == 1 => match log.settled[0] {
+                    Some(s) => STORED.contains(&s),
+                    None => true,
+                },
+                201 if e.body == 1 => log.settled[0].is_none(),
+                s if e.body == 0 => s == l.kind.expected(),
+                _ => false,
+            };
+            let code_ok = expected_code(status).is_none_or(|c| code.as_deref() == Some(c))
+                || (status == 201 && code.is_none());
+            if !ok || !code_ok {
+                statuses.fail(format!(
+                    "{}: body {} got {status} {code:?} (log calls for {}{})",
+                    show(log),
+                    e.body,
+                    if e.body == 0 { l.kind.expected() } else { 422 },
+                    if e.concurrent {
+                        ", sent concurrently"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            if *replayed && !STORED.contains(&status) {
+                replays.fail(format!(
+                    "{}: a {status} marked Idempotent-Replayed",
+                    show(log)
+                ));
+            }
+        }
+        // --- replays
+        for b in 0..l.bodies.len() {
+            let answers: Vec<_> = log
+                .exchanges
+                .iter()
+                .filter(|e| e.body == b)
+                .filter_map(|e| match &e.outcome {
+                    Outcome::Answer {
+                        status,
+                        replayed,
+                        location,
+                        body,
+                        ..
+                    } if STORED.contains(status) => Some((*status, *replayed, location, body)),
+                    _ => None,
+                })
+                .collect();
+            if answers.len() > 1 {
+                replays.checked += answers.len() - 1;
+                let first = &answers[0];
+                for a in &answers[1..] {
+                    if (a.0, a.2, a.3) != (first.0, first.2, first.3) {
+                        replays.fail(format!(
+                            "{}: body {b}: {} {} differs from the first {} {}",
+                            show(log),
+                            a.0,
+                            String::from_utf8_lossy(a.3),
+                            first.0,
+                            String::from_utf8_lossy(first.3)
+                        ));
+                    }
+                }
+                let originals = answers.iter().filter(|a| !a.1).count();
+                if originals > 1 {
+                    replays.fail(format!(
+                        "{}: body {b}: {originals} answers without Idempotent-Replayed: true",
+                        show(log)
+                    ));
+                }
+            }
+        }
+        // --- money
+        let acked_body = (0..l.bodies.len()).find(|b| {
+            log.exchanges
+                .iter()
+                .any(|e| e.body == *b && e.outcome.status() == Some(201))
+        });
+        let is_unknown = log.settled.iter().any(Option::is_none);
+        if let Some(b) = acked_body {
+            acknowledged += 1;
+            acked.checked += 1;
+            let body = &l.bodies[b];
+            let first_201 = log.exchanges.iter().find_map(|e| match &e.outcome {
+                Outcome::Answer {
+                    status: 201, body, ..
+                } if e.body == b => serde_json::from_slice::<serde_json::Value>(body).ok(),
+                _ => None,
+            });
+            let id = first_201
+                .as_ref()
+                .and_then(|v| v["transfer_id"].as_str())
+                .unwrap_or("?");
+            match records.as_slice() {
+                [r] if r.id == id
+                    && r.from == body.from
+                    && r.to == body.to
+                    && r.amount == body.amount as i128
+                    && r.memo == body.memo => {}
+                [] => acked.fail(format!(
+                    "LOST ACKNOWLEDGED TRANSFER: {} got 201 {id} and no record exists",
+                    show(log)
+                )),
+                rs => acked.fail(format!(
+                    "{}: 201 {id} for {} but records are {rs:?}",
+                    show(log),
+                    body.raw
+                )),
+            }
+            // The independent ledger: what the client asked for, as acknowledged.
+            apply(&body.from, &body.to, body.amount as i128);
+        } else {
+            refused.checked += 1;
+            if is_unknown {
+                unknown += 1;
+                match records.as_slice() {
+                    [] => {}
+                    [r] => match l.bodies.iter().find(|b| {
+                        r.from == b.from
+                            && r.to == b.to
+                            && r.amount == b.amount as i128
+                            && r.memo == b.memo
+                    }) {
+                        Some(b) => {
+                            unknown_committed += 1;
+                            apply(&b.from, &b.to, b.amount as i128);
+                        }
+                        None => refused.fail(format!(
+                            "{}: unknown outcome, and its record {r:?} matches none of its bodies",
+                            show(log)
+                        )),
+                    },
+                    rs => refused.fail(format!(
+                        "{}: unknown outcome with {} records",
+                        show(log),
+                        rs.len()
+                    )),
+                }
+                if l.kind == Kind::KeyReuse
+                    && log.settled[1] == Some(422)
+                    && records.is_empty()
+                    && log.settled[0].is_none()
+                {
+                    refused.fail(format!("{}: the changed body got 422, so the first body was stored, yet no transfer exists", show(log)));
+                }
+            } else if !records.is_empty() {
+                refused.fail(format!(
+                    "{}: settled {:?} without a 201, yet {} record(s) exist: {:?}",
+                    show(log),
+                    log.settled,
+                    records.len(),
+                    records
+                ));
+            }
+        }
+        // --- stored responses
+        if let Some(pk) = pk_of.get(&i) {
+            let record = idem
+                .get(pk.as_str())
+                .and_then(|item| Record::from_item(item));
+            let seen: Vec<&Vec<u8>> = log
+                .exchanges
+                .iter()
+                .filter_map(|e| match &e.outcome {
+                    Outcome::Answer { status, body, .. } if STORED.contains(status) => Some(body),
+                    _ => None,
+                })
+                .collect();
+            stored.checked += 1;
+            match (&record, seen.first()) {
+                (Some(r), Some(body)) => match &r.state {
+                    RecordState::Completed(resp) if &&resp.body == body => {}
+                    other => stored.fail(format!(
+                        "{}: stored {other:?} differs from what the client got: {}",
+                        show(log),
+                        String::from_utf8_lossy(body)
+                    )),
+                },
+                (Some(r), None) if !is_unknown && matches!(l.kind, Kind::BadInput(_)) => {
+                    stored.fail(format!(
+                        "{}: a 400 stored a record: {:?}",
+                        show(log),
+                        r.state
+                    ));
+                }
+                (None, Some(_)) => stored.fail(format!(
+                    "{}: the client got a stored status but no record exists",
+                    show(log)
+                )),
+                _ => {}
+            }
+        }
+    }
+
+    // --- balances, read directly
+    let actual: HashMap<&str, Option<i128>> = inp
+        .account_items
+        .iter()
+        .filter_map(|item| Some((s(item, "pk")?, n(item, "balance"))))
+        .collect();
+    let mut total_final = 0i128;
+    for (account, initial) in inp.accounts {
+        ledger.checked += 1;
+        negative.checked += 1;
+        let want = expected[account.as_str()];
+        match actual.get(account.as_str()).copied().flatten() {
+            None => ledger.fail(format!(
+                "account {account} (opening {initial}) is missing or unreadable"
+            )),
+            Some(have) => {
+                total_final += have;
+                if have != want {
+                    ledger.fail(format!("account {account}: DynamoDB holds {have}, the log's ledger says {want} (opening {initial})"));
+                }
+                if have < 0 {
+                    negative.fail(format!("account {account}: balance {have}"));
+                }
+            }
+        }
+    }
+    let total_initial: u64 = inp.accounts.iter().map(|(_, b)| b).sum();
+    conserved.checked += 1;
+    if total_final != total_initial as i128 {
+        conserved.fail(format!(
+            "opening total {total_initial}, final total {total_final}"
+        ));
+    }
+    Findings {
+        checks: vec![
+            doubles, acked, refused, orphans, replays, statuses, stored, ledger, conserved,
+            negative,
+        ],
+        unknown,
+        unknown_committed,
+        acknowledged,
+        records: inp.transfers.len(),
+        total_initial,
+        total_final,
+    }
+}
+
+/// Statuses of the answers, for the report.
+pub fn status_counts(logs: &[LogicalLog]) -> (BTreeMap<String, usize>, HashSet<usize>) {
+    let mut counts = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for log in logs {
+        for e in &log.exchanges {
+            let k = match &e.outcome {
+                Outcome::Answer { status, code, .. } => {
+                    format!("{status} {}", code.as_deref().unwrap_or(""))
+                }
+                Outcome::Lost(why) => format!("no answer ({})", lost_kind(why)),
+            };
+            *counts.entry(k).or_default() += 1;
+        }
+        seen.insert(log.logical.index);
+    }
+    (counts, seen)
+}
+
+fn lost_kind(why: &str) -> &'static str {
+    if why.contains("hung up") {
+        "client hung up on purpose"
+    } else if why.contains("no answer within") {
+        "client timeout"
+    } else if why.contains("refused") {
+        "connection refused"
+    } else {
+        "connection dropped"
+    }
+}
