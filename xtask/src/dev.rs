@@ -144,7 +144,9 @@ pub struct Stack {
     lock: Option<Lock>,
 }
 
-type Respawn = Box<dyn Fn() -> Result<processes::Tree>>;
+/// Starts `cargo lambda watch`; the argument is variables the functions see on top of the
+/// hooks' (see [`Stack::restart_functions_with`]).
+type Respawn = Box<dyn Fn(&[(String, String)]) -> Result<processes::Tree>>;
 
 /// Paths inside the state directory.
 pub fn stack_file(state_dir: &Path) -> PathBuf {
@@ -287,7 +289,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     let respawn: Respawn = {
         let (venv_bin, log_path) = (tools.venv_bin.clone(), stack.functions_log.clone());
         let (reload, hooks) = (opts.reload, opts.hooks.clone());
-        Box::new(move || {
+        Box::new(move |extra: &[(String, String)]| {
             let mut cmd = Command::new(venv_bin.join("cargo-lambda"));
             cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
                 .args(["--invoke-port", &invoke_port.to_string()]);
@@ -298,7 +300,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
                 cmd.args(["--concurrency", &n.to_string()]);
             }
             env.apply(&mut cmd);
-            for (key, value) in &hooks.function_env {
+            for (key, value) in hooks.function_env.iter().chain(extra) {
                 cmd.env(key, value);
             }
             let log = fs::OpenOptions::new().append(true).open(&log_path)?;
@@ -310,7 +312,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
             processes::spawn("cargo lambda watch", &mut cmd)
         })
     };
-    stack.functions = Some(respawn()?);
+    stack.functions = Some(respawn(&[])?);
     stack.respawn = Some(respawn);
     info(format!(
         "cargo lambda watch on 127.0.0.1:{invoke_port}{} (log: {})",
@@ -444,6 +446,12 @@ impl Stack {
     /// invocations then wait for it for ever. So after `cargo xtask replay`
     /// kills one, this is the restart.
     pub fn restart_functions(&mut self) -> Result {
+        self.restart_functions_with(&[])
+    }
+
+    /// [`Self::restart_functions`], with `extra_env` on top of the hooks' variables for this
+    /// start only (`cargo xtask drill` restarts them with the block cache off).
+    pub fn restart_functions_with(&mut self, extra_env: &[(String, String)]) -> Result {
         if let Some(mut functions) = self.functions.take() {
             functions.stop(STOP_GRACE);
         }
@@ -451,7 +459,7 @@ impl Stack {
             .respawn
             .as_ref()
             .ok_or("the functions were never started")?;
-        self.functions = Some(respawn()?);
+        self.functions = Some(respawn(extra_env)?);
         self.wait_ready()
     }
 

@@ -4,6 +4,7 @@
 //! of dependencies so it builds in seconds.
 
 mod dev;
+mod drill;
 mod dynamodb_local;
 mod http;
 mod json;
@@ -33,7 +34,7 @@ Commands:
               OPENAI_API_KEY is unset, and both functions under
               `cargo lambda watch`; writes .dev/stack.json and prints curl
               lines; Ctrl-C stops everything
-  test [--no-lint] [--no-e2e] [--no-replay] [-- <cargo test args>]
+  test [--no-lint] [--no-e2e] [--no-replay] [--no-drill] [-- <cargo test args>]
               setup, cargo fmt --check, clippy (skipped with --no-lint),
               cargo test --workspace against a fresh in-memory DynamoDB Local,
               then the end-to-end tests against a private dev stack
@@ -44,6 +45,11 @@ Commands:
               default) through the functions, with DynamoDB faults and
               process kills, reconciled against an independent ledger;
               non-zero exit on any violation (`replay --help` for more)
+  drill [--short] [--report <file.md>]
+              attack drills against the rate limits (cloudfront mode):
+              admitted vs limit per key, DynamoDB requests per rejection
+              with and without the block cache; the full run writes
+              docs/drill.md (`drill --help` for more)
   help        Show this text
 
 Environment:
@@ -62,6 +68,7 @@ fn main() -> ExitCode {
         "dev" => dev::run(rest),
         "test" => test::run(rest),
         "replay" => replay::run(rest),
+        "drill" => drill::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -2,7 +2,8 @@
 //!
 //! setup → `cargo fmt --check` → clippy → DynamoDB Local → `cargo test` →
 //! end-to-end tests against a private dev stack → a 2,000-request replay
-//! (`cargo xtask replay`, skipped with `--no-replay`).
+//! (`cargo xtask replay`, skipped with `--no-replay`) → the short attack drills
+//! (`cargo xtask drill --short`, skipped with `--no-drill`).
 //! A failing step does not stop the run: one pass reports everything that
 //! is wrong. The exit status is non-zero if any step failed.
 
@@ -16,18 +17,20 @@ use crate::util::{self, info, step, Result};
 use crate::{lock, setup, signal};
 
 const USAGE: &str =
-    "Usage: cargo xtask test [--no-lint] [--no-e2e] [--no-replay] [-- <cargo test args>]";
+    "Usage: cargo xtask test [--no-lint] [--no-e2e] [--no-replay] [--no-drill] [-- <cargo test args>]";
 
 pub fn run(args: &[String]) -> Result {
     let mut lint = true;
     let mut e2e = true;
     let mut replay = true;
+    let mut drill = true;
     let mut test_args: &[String] = &[];
     for (i, arg) in args.iter().enumerate() {
         match arg.as_str() {
             "--no-lint" => lint = false,
             "--no-e2e" => e2e = false,
             "--no-replay" => replay = false,
+            "--no-drill" => drill = false,
             "--" => {
                 test_args = &args[i + 1..];
                 break;
@@ -120,6 +123,18 @@ pub fn run(args: &[String]) -> Result {
             started.elapsed().as_secs_f32()
         ));
         check(&mut failed, "replay", result);
+    }
+
+    if drill && !signal::received() {
+        // Attack drills against the limits, short windows (`cargo xtask drill --short`).
+        step("drill");
+        let started = std::time::Instant::now();
+        let result = crate::drill::drill(&tools, &crate::drill::ci());
+        info(format!(
+            "drill step took {:.1}s",
+            started.elapsed().as_secs_f32()
+        ));
+        check(&mut failed, "drill", result);
     }
 
     if signal::received() {

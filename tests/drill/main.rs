@@ -1,0 +1,961 @@
+//! `cargo xtask drill`: attack drills against the rate limits of the real functions (over HTTP,
+//! `cargo lambda watch`, `CLIENT_IP_SOURCE=cloudfront`), with the replay's `FaultProxy` between
+//! the functions and DynamoDB Local, no fault armed, counting DynamoDB requests per operation.
+//!
+//! Every request carries `X-Origin-Verify` and `CloudFront-Viewer-Address` as our distribution
+//! would; the attacker varies only what an attacker controls: tokens, `X-Forwarded-For`, the
+//! address inside an IPv6 /64, the internal-token header, and how often it retries. Each drill
+//! asserts that the requests admitted per key and window are exactly the configured limit when
+//! the flood exceeds it (internal callers: not limited by `ip` or `client`), then sends more of
+//! the same to measure DynamoDB requests per rejected request. The floods run twice: with the
+//! block cache, then (after xtask restarts the functions with `RATE_LIMIT_BLOCK_CACHE_SIZE=0`)
+//! without.
+//!
+//! Not a test to run alone (hence `#[ignore]`): `cargo xtask drill` and `cargo xtask test` start
+//! it, wait for `proxy` in `DRILL_DIR`, start the stack and write its stack file, and restart the
+//! functions when asked (`restart-1` here, `restarted-1` from xtask).
+
+#[path = "../replay/http.rs"]
+#[allow(dead_code)]
+mod http;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use tollgate::ratelimit::{Layer, RateLimits};
+use tollgate_tests::fault_proxy::FaultProxy;
+
+use crate::http::{Mode, Request, Sent};
+
+/// DynamoDB operations the functions use (the proxy counts by `x-amz-target`).
+const OPERATIONS: [&str; 8] = [
+    "UpdateItem",
+    "GetItem",
+    "PutItem",
+    "DeleteItem",
+    "Query",
+    "TransactWriteItems",
+    "TransactGetItems",
+    "BatchGetItem",
+];
+/// Requests in flight during a flood.
+const CONCURRENCY: usize = 8;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn need(name: &str) -> String {
+    var(name).unwrap_or_else(|| {
+        panic!("{name} is not set: run this with `cargo xtask drill`, which sets it")
+    })
+}
+
+struct Settings {
+    dir: PathBuf,
+    upstream: String,
+    stack_file: PathBuf,
+    short: bool,
+    origin_secret: String,
+    session_limits: String,
+    transfer_limits: String,
+    report: Option<PathBuf>,
+}
+
+/// The stack, as its stack file describes it.
+struct Stack {
+    session_url: String,
+    transfer_url: String,
+    internal_token: String,
+    demo_token: String,
+    demo_account: String,
+}
+
+/// The limits the functions were started with.
+#[derive(Clone, Copy)]
+struct Limits {
+    window_ms: u64,
+    session_ip: u32,
+    transfer_ip: u32,
+    transfer_client: u32,
+}
+
+#[test]
+#[ignore = "run by `cargo xtask drill` and `cargo xtask test`, which start the stack it needs"]
+fn drill() {
+    let st = Settings {
+        dir: need("DRILL_DIR").into(),
+        upstream: need("DRILL_UPSTREAM"),
+        stack_file: need("TOLLGATE_STACK_FILE").into(),
+        short: var("DRILL_SHORT").is_some_and(|v| v == "1"),
+        origin_secret: need("DRILL_ORIGIN_SECRET"),
+        session_limits: need("DRILL_SESSION_LIMITS"),
+        transfer_limits: need("DRILL_TRANSFER_LIMITS"),
+        report: var("DRILL_REPORT").map(PathBuf::from),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let (report, violations) = runtime.block_on(run(&st));
+    println!("{report}");
+    if let Some(path) = &st.report {
+        std::fs::write(path, &report)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        println!("report written to {}", path.display());
+    }
+    assert!(
+        violations.is_empty(),
+        "the drill found {} violation(s):\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+/// A small deterministic generator (splitmix64): random tokens, ports, addresses.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn hex(&mut self) -> String {
+        format!("{:016x}{:016x}", self.next(), self.next())
+    }
+    fn port(&mut self) -> u16 {
+        1024 + (self.next() % 60000) as u16
+    }
+    fn ipv4(&mut self) -> String {
+        let n = self.next();
+        format!(
+            "{}.{}.{}.{}",
+            1 + n % 223,
+            (n >> 8) % 256,
+            (n >> 16) % 256,
+            1 + (n >> 24) % 254
+        )
+    }
+}
+
+/// One request to send.
+#[derive(Clone)]
+struct Req {
+    method: &'static str,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// What became of it.
+#[derive(Debug, Clone)]
+struct Outcome {
+    /// 0: no answer.
+    status: u16,
+    sent_ms: u64,
+    done_ms: u64,
+    retry_after: Option<u64>,
+    error: Option<String>,
+}
+
+impl Outcome {
+    /// Passed the limiter: anything but 429 (a 401 after the `ip` layer counts).
+    fn admitted(&self) -> bool {
+        self.status != 429 && self.status != 0
+    }
+}
+
+async fn send(req: Req) -> Outcome {
+    let sent_ms = now_ms();
+    let r = Request {
+        method: req.method,
+        url: &req.url,
+        headers: &req.headers,
+        body: &req.body,
+    };
+    match http::send(&r, Mode::Normal, TIMEOUT).await {
+        Sent::Answered(resp) => Outcome {
+            status: resp.status,
+            sent_ms,
+            done_ms: now_ms(),
+            retry_after: resp.header("retry-after").and_then(|v| v.parse().ok()),
+            error: None,
+        },
+        Sent::Lost(e) => Outcome {
+            status: 0,
+            sent_ms,
+            done_ms: now_ms(),
+            retry_after: None,
+            error: Some(e),
+        },
+    }
+}
+
+async fn flood(reqs: Vec<Req>) -> Vec<Outcome> {
+    futures::stream::iter(reqs.into_iter().map(send))
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// DynamoDB requests seen by the proxy, per operation.
+fn snapshot(proxy: &FaultProxy) -> BTreeMap<&'static str, usize> {
+    OPERATIONS.iter().map(|op| (*op, proxy.seen(op))).collect()
+}
+
+fn delta(
+    after: &BTreeMap<&'static str, usize>,
+    before: &BTreeMap<&'static str, usize>,
+) -> BTreeMap<&'static str, usize> {
+    after
+        .iter()
+        .map(|(op, n)| (*op, n - before[op]))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// One row of the admitted-versus-limit table.
+struct Row {
+    phase: &'static str,
+    drill: String,
+    key: String,
+    sent: usize,
+    admitted: usize,
+    limit: String,
+    expected: usize,
+    statuses: String,
+}
+
+/// The DynamoDB cost of requests refused against a full key.
+struct Cost {
+    phase: &'static str,
+    drill: String,
+    rejected: usize,
+    by_op: BTreeMap<&'static str, usize>,
+}
+
+impl Cost {
+    fn total(&self) -> usize {
+        self.by_op.values().sum()
+    }
+}
+
+/// Everything the drills found.
+struct Findings {
+    rows: Vec<Row>,
+    costs: Vec<Cost>,
+    windows: Vec<String>,
+    violations: Vec<String>,
+}
+
+fn statuses(outcomes: &[Outcome]) -> String {
+    let mut m: BTreeMap<u16, usize> = BTreeMap::new();
+    for o in outcomes {
+        *m.entry(o.status).or_default() += 1;
+    }
+    m.iter()
+        .map(|(s, n)| {
+            if *s == 0 {
+                format!("lost×{n}")
+            } else {
+                format!("{s}×{n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The drill context: stack, limits, proxy and findings so far.
+struct Drill<'a> {
+    st: &'a Settings,
+    stack: &'a Stack,
+    limits: Limits,
+    proxy: &'a FaultProxy,
+    rng: Rng,
+    f: Findings,
+    /// Extra requests against a full key, to measure what a rejection costs.
+    probe: usize,
+}
+
+impl Drill<'_> {
+    /// Waits, if need be, for a window with at least `need_ms` left (or a new window when
+    /// `fresh`), so that a flood and its probes fall into one window.
+    async fn room(&self, need_ms: u64, fresh: bool) -> u64 {
+        let w = self.limits.window_ms;
+        let now = now_ms();
+        let start = now - now % w;
+        if fresh || start + w - now < need_ms {
+            tokio::time::sleep(Duration::from_millis(start + w + 30 - now)).await;
+            start + w
+        } else {
+            start
+        }
+    }
+
+    fn cf(&mut self, ip: &str) -> Vec<(String, String)> {
+        let port = self.rng.port();
+        vec![
+            ("X-Origin-Verify".into(), self.st.origin_secret.clone()),
+            ("CloudFront-Viewer-Address".into(), format!("{ip}:{port}")),
+        ]
+    }
+
+    fn session(&mut self, ip: &str, extra: &[(&str, String)]) -> Req {
+        let mut headers = self.cf(ip);
+        headers.push(("Content-Type".into(), "application/json".into()));
+        headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        Req {
+            method: "POST",
+            url: format!("{}/session", self.stack.session_url),
+            headers,
+            body: b"{}".to_vec(),
+        }
+    }
+
+    fn account(&mut self, ip: &str, extra: &[(&str, String)]) -> Req {
+        let mut headers = self.cf(ip);
+        headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        Req {
+            method: "GET",
+            url: format!(
+                "{}/accounts/{}",
+                self.stack.transfer_url, self.stack.demo_account
+            ),
+            headers,
+            body: Vec::new(),
+        }
+    }
+
+    fn violation(&mut self, v: String) {
+        eprintln!("drill: VIOLATION: {v}");
+        self.f.violations.push(v);
+    }
+
+    /// Sends `fill` (which must exceed the limit), checks that exactly `expected` were admitted,
+    /// all in one window, then sends `probe` more against the full key and records what they
+    /// cost in DynamoDB requests; every probe must be refused.
+    #[allow(clippy::too_many_arguments)]
+    async fn flood_drill(
+        &mut self,
+        phase: &'static str,
+        drill: &str,
+        key: &str,
+        limit: String,
+        expected: usize,
+        fill: Vec<Req>,
+        probes: Vec<Req>,
+        fresh: bool,
+    ) {
+        let need = self.limits.window_ms / 2;
+        let window = self.room(need, fresh).await;
+        let t = Instant::now();
+        let outcomes = flood(fill).await;
+        let admitted = outcomes.iter().filter(|o| o.admitted()).count();
+        self.check_outcomes(drill, &outcomes, window);
+        if admitted != expected {
+            self.violation(format!(
+                "{phase} {drill}: {admitted} admitted for key {key}, expected exactly {expected} ({limit})"
+            ));
+        }
+        let before = snapshot(self.proxy);
+        let rejected = probes.len();
+        let probed = flood(probes).await;
+        let by_op = delta(&snapshot(self.proxy), &before);
+        self.check_outcomes(drill, &probed, window);
+        let leaked = probed.iter().filter(|o| o.status != 429).count();
+        if leaked > 0 {
+            self.violation(format!(
+                "{phase} {drill}: {leaked} of {rejected} requests against the full key were not refused ({})",
+                statuses(&probed)
+            ));
+        }
+        eprintln!(
+            "drill: {phase} {drill}: {admitted}/{} admitted (expected {expected}), {rejected} probes cost {:?} ({:.1}s)",
+            outcomes.len(),
+            by_op,
+            t.elapsed().as_secs_f64()
+        );
+        self.f.rows.push(Row {
+            phase,
+            drill: drill.to_string(),
+            key: key.to_string(),
+            sent: outcomes.len() + probed.len(),
+            admitted,
+            limit,
+            expected,
+            statuses: statuses(&outcomes.iter().chain(&probed).cloned().collect::<Vec<_>>()),
+        });
+        self.f.costs.push(Cost {
+            phase,
+            drill: drill.to_string(),
+            rejected,
+            by_op,
+        });
+    }
+
+    /// No request lost, and every request answered within the window the drill counts in.
+    fn check_outcomes(&mut self, drill: &str, outcomes: &[Outcome], window: u64) {
+        let w = self.limits.window_ms;
+        for o in outcomes {
+            if let Some(e) = &o.error {
+                self.violation(format!("{drill}: a request got no answer: {e}"));
+            } else if o.sent_ms < window || o.done_ms >= window + w {
+                self.violation(format!(
+                    "{drill}: a request fell outside its window (sent at +{} ms, answered at +{} ms of a {w} ms window): the machine is too slow for these windows",
+                    o.sent_ms as i64 - window as i64,
+                    o.done_ms as i64 - window as i64
+                ));
+            }
+        }
+    }
+
+    /// The floods, run in both phases; `net` keeps each phase's addresses apart.
+    async fn floods(&mut self, phase: &'static str, net: u8) {
+        let l = self.limits;
+        let over = if self.st.short { 2 } else { 4 };
+
+        // Random bearer tokens against the transfer function: the `ip` layer counts them all.
+        let ip = format!("198.51.{net}.10");
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| {
+                    let token = d.rng.hex();
+                    d.account(&ip, &[("Authorization", format!("Bearer {token}"))])
+                })
+                .collect::<Vec<_>>()
+        };
+        let (fill, probes) = (
+            mk(self, l.transfer_ip as usize * over),
+            mk(self, self.probe),
+        );
+        self.flood_drill(
+            phase,
+            "random bearer tokens (transfer)",
+            &ip,
+            format!("ip={}", l.transfer_ip),
+            l.transfer_ip as usize,
+            fill,
+            probes,
+            false,
+        )
+        .await;
+
+        // No token at all.
+        let ip = format!("198.51.{net}.11");
+        let mk = |d: &mut Self, n: usize| (0..n).map(|_| d.account(&ip, &[])).collect::<Vec<_>>();
+        let (fill, probes) = (
+            mk(self, l.transfer_ip as usize * over),
+            mk(self, self.probe),
+        );
+        self.flood_drill(
+            phase,
+            "no token (transfer)",
+            &ip,
+            format!("ip={}", l.transfer_ip),
+            l.transfer_ip as usize,
+            fill,
+            probes,
+            false,
+        )
+        .await;
+
+        // A rotating spoofed X-Forwarded-For from one viewer address.
+        let ip = format!("198.51.{net}.12");
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| {
+                    let xff = format!("{}, {}", d.rng.ipv4(), d.rng.ipv4());
+                    d.session(&ip, &[("X-Forwarded-For", xff)])
+                })
+                .collect::<Vec<_>>()
+        };
+        let (fill, probes) = (mk(self, l.session_ip as usize * over), mk(self, self.probe));
+        self.flood_drill(
+            phase,
+            "rotating spoofed X-Forwarded-For (session)",
+            &ip,
+            format!("ip={}", l.session_ip),
+            l.session_ip as usize,
+            fill,
+            probes,
+            false,
+        )
+        .await;
+
+        // Rotating IPv6 addresses inside one /64.
+        let prefix = format!("2001:db8:d{net:02x}:64");
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| {
+                    let x = d.rng.next();
+                    let addr = format!(
+                        "{prefix}:{:x}:{:x}:{:x}:{:x}",
+                        x & 0xffff,
+                        (x >> 16) & 0xffff,
+                        (x >> 32) & 0xffff,
+                        x >> 48
+                    );
+                    d.session(&addr, &[])
+                })
+                .collect::<Vec<_>>()
+        };
+        let (fill, probes) = (mk(self, l.session_ip as usize * over), mk(self, self.probe));
+        self.flood_drill(
+            phase,
+            "rotating IPv6 inside one /64 (session)",
+            &format!("{prefix}::/64"),
+            format!("ip={}", l.session_ip),
+            l.session_ip as usize,
+            fill,
+            probes,
+            false,
+        )
+        .await;
+        // The neighbouring /64 is another client: it still gets in.
+        let neighbour = format!("2001:db8:d{net:02x}:65::1");
+        let req = self.session(&neighbour, &[]);
+        let o = send(req).await;
+        if o.status != 200 {
+            self.violation(format!(
+                "{phase}: the neighbouring /64 {neighbour} got {} instead of 200",
+                o.status
+            ));
+        }
+
+        // A forged internal token: counted like anyone.
+        let ip = format!("198.51.{net}.13");
+        let forged = self.rng.hex();
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| d.session(&ip, &[("X-Internal-Token", forged.clone())]))
+                .collect::<Vec<_>>()
+        };
+        let (fill, probes) = (mk(self, l.session_ip as usize * over), mk(self, self.probe));
+        self.flood_drill(
+            phase,
+            "forged internal token (session)",
+            &ip,
+            format!("ip={}", l.session_ip),
+            l.session_ip as usize,
+            fill,
+            probes,
+            false,
+        )
+        .await;
+
+        // One valid (stolen) client token from a new address each time: the `client` layer
+        // holds, whatever the address. The client is shared by both phases, so the second one
+        // starts in a fresh window.
+        let token = format!("Bearer {}", self.stack.demo_token);
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| {
+                    let ip = d.rng.ipv4();
+                    d.account(&ip, &[("Authorization", token.clone())])
+                })
+                .collect::<Vec<_>>()
+        };
+        let (fill, probes) = (
+            mk(self, l.transfer_client as usize * over),
+            mk(self, self.probe),
+        );
+        self.flood_drill(
+            phase,
+            "one client token from rotating addresses (transfer)",
+            "the demo client",
+            format!("client={}", l.transfer_client),
+            l.transfer_client as usize,
+            fill,
+            probes,
+            // The first phase already filled this client's counter in some window.
+            phase != "cache on",
+        )
+        .await;
+    }
+
+    /// Internal callers sharing one address: not limited by `ip` (nor `client`), and they
+    /// leave that address's quota to the external callers behind it.
+    async fn internal(&mut self) {
+        let l = self.limits;
+        let ip = "192.0.2.50";
+        let window = self.room(self.limits.window_ms * 2 / 3, false).await;
+        let token = self.stack.internal_token.clone();
+        let n = l.session_ip as usize * 4;
+        let reqs: Vec<Req> = (0..n)
+            .map(|_| self.session(ip, &[("X-Internal-Token", token.clone())]))
+            .collect();
+        let internal = flood(reqs).await;
+        self.check_outcomes("internal callers", &internal, window);
+        let admitted = internal.iter().filter(|o| o.status == 200).count();
+        if admitted != n {
+            self.violation(format!(
+                "internal callers: {admitted} of {n} got 200 from {ip} ({})",
+                statuses(&internal)
+            ));
+        }
+        self.f.rows.push(Row {
+            phase: "cache on",
+            drill: "3 internal callers, one address (session)".into(),
+            key: ip.into(),
+            sent: n,
+            admitted,
+            limit: format!("ip={} (skipped)", l.session_ip),
+            expected: n,
+            statuses: statuses(&internal),
+        });
+        let reqs: Vec<Req> = (0..l.session_ip as usize * 2)
+            .map(|_| self.session(ip, &[]))
+            .collect();
+        let external = flood(reqs).await;
+        self.check_outcomes("external caller behind internal ones", &external, window);
+        let admitted = external.iter().filter(|o| o.admitted()).count();
+        if admitted != l.session_ip as usize {
+            self.violation(format!(
+                "an external caller sharing {ip} with internal callers got {admitted} admitted, expected {}",
+                l.session_ip
+            ));
+        }
+        self.f.rows.push(Row {
+            phase: "cache on",
+            drill: "an external caller at the same address, same window".into(),
+            key: ip.into(),
+            sent: external.len(),
+            admitted,
+            limit: format!("ip={}", l.session_ip),
+            expected: l.session_ip as usize,
+            statuses: statuses(&external),
+        });
+
+        // The transfer function: the real internal token with the demo client's token, far past
+        // both `ip` and `client`.
+        let n = l.transfer_ip as usize * 2;
+        let bearer = format!("Bearer {}", self.stack.demo_token);
+        let reqs: Vec<Req> = (0..n)
+            .map(|_| {
+                self.account(
+                    ip,
+                    &[
+                        ("Authorization", bearer.clone()),
+                        ("X-Internal-Token", token.clone()),
+                    ],
+                )
+            })
+            .collect();
+        let window = self.room(self.limits.window_ms * 2 / 3, false).await;
+        let out = flood(reqs).await;
+        self.check_outcomes("internal callers (transfer)", &out, window);
+        let admitted = out.iter().filter(|o| o.status == 200).count();
+        if admitted != n {
+            self.violation(format!(
+                "internal callers (transfer): {admitted} of {n} got 200 ({})",
+                statuses(&out)
+            ));
+        }
+        self.f.rows.push(Row {
+            phase: "cache on",
+            drill: "internal caller with a client token (transfer)".into(),
+            key: format!("{ip} / the demo client"),
+            sent: n,
+            admitted,
+            limit: format!(
+                "ip={}, client={} (both skipped)",
+                l.transfer_ip, l.transfer_client
+            ),
+            expected: n,
+            statuses: statuses(&out),
+        });
+    }
+
+    /// The reconnect loop: one client retrying every tenth of a window (lesson 000's 3 s against
+    /// an hour, scaled) for three windows. Each window must admit exactly the limit and reopen.
+    async fn reconnect(&mut self) {
+        let l = self.limits;
+        let w = l.window_ms;
+        let ip = "192.0.2.77";
+        let first = self.room(w, true).await;
+        let step = w / 10;
+        let mut per_window: BTreeMap<u64, (usize, usize, bool)> = BTreeMap::new();
+        let mut max_retry_after_ok = true;
+        for i in 0..30u64 {
+            let at = first + i * step + step / 2;
+            let now = now_ms();
+            if at > now {
+                tokio::time::sleep(Duration::from_millis(at - now)).await;
+            }
+            let req = self.session(ip, &[]);
+            let o = send(req).await;
+            let win = (o.sent_ms - first) / w;
+            if (o.done_ms - first) / w != win || o.error.is_some() {
+                self.violation(format!(
+                    "reconnect loop: request {i} straddled a window boundary or got no answer"
+                ));
+                continue;
+            }
+            let e = per_window.entry(win).or_insert((0, 0, false));
+            e.0 += 1;
+            if o.admitted() {
+                e.1 += 1;
+                if e.0 == 1 {
+                    e.2 = true; // the window's first request got in: it reopened
+                }
+            } else if let Some(ra) = o.retry_after {
+                let left = (first + (win + 1) * w).saturating_sub(o.sent_ms);
+                if ra * 1000 > left + 1000 {
+                    max_retry_after_ok = false;
+                }
+            }
+        }
+        if !max_retry_after_ok {
+            self.violation(
+                "reconnect loop: a Retry-After pointed past the end of its window".into(),
+            );
+        }
+        for (win, (sent, admitted, reopened)) in &per_window {
+            self.f.windows.push(format!(
+                "| {} | {sent} | {admitted} | {} | {} |",
+                win + 1,
+                l.session_ip,
+                if *reopened { "yes" } else { "**no**" }
+            ));
+            if *admitted != l.session_ip as usize || !reopened {
+                self.violation(format!(
+                    "reconnect loop: window {} admitted {admitted} of {sent} (limit {}), reopened: {reopened}",
+                    win + 1,
+                    l.session_ip
+                ));
+            }
+        }
+        if per_window.len() != 3 {
+            self.violation(format!(
+                "reconnect loop: spanned {} windows, expected 3",
+                per_window.len()
+            ));
+        }
+    }
+}
+
+async fn run(st: &Settings) -> (String, Vec<String>) {
+    let started = Instant::now();
+    let proxy = Arc::new(FaultProxy::start(&st.upstream).await);
+    let tmp = st.dir.join("proxy.tmp");
+    std::fs::write(&tmp, proxy.endpoint()).expect("write the proxy file");
+    std::fs::rename(&tmp, st.dir.join("proxy")).expect("publish the proxy file");
+    eprintln!("drill: proxy {} -> {}", proxy.endpoint(), st.upstream);
+
+    let waited = Instant::now();
+    let v: serde_json::Value = loop {
+        if let Ok(text) = std::fs::read_to_string(&st.stack_file) {
+            if let Ok(v) = serde_json::from_str(&text) {
+                break v;
+            }
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(900),
+            "no stack file at {} after 900 s",
+            st.stack_file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let s = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("{k}")).to_string();
+    let stack = Stack {
+        session_url: s("ephemeral_key_url"),
+        transfer_url: s("transfer_url"),
+        internal_token: s("internal_token"),
+        demo_token: v["demo"]["token"].as_str().expect("demo token").into(),
+        demo_account: v["demo"]["accounts"][0]
+            .as_str()
+            .expect("demo account")
+            .into(),
+    };
+    let session = RateLimits::parse(&st.session_limits).expect("session limits");
+    let transfer = RateLimits::parse(&st.transfer_limits).expect("transfer limits");
+    let ip = session.get(Layer::Ip).expect("session ip layer");
+    let limits = Limits {
+        window_ms: ip.window_secs() * 1000,
+        session_ip: ip.limit(),
+        transfer_ip: transfer.get(Layer::Ip).expect("transfer ip").limit(),
+        transfer_client: transfer
+            .get(Layer::Client)
+            .expect("transfer client")
+            .limit(),
+    };
+    let mut d = Drill {
+        st,
+        stack: &stack,
+        limits,
+        proxy: &proxy,
+        rng: Rng(now_ms()),
+        f: Findings {
+            rows: Vec::new(),
+            costs: Vec::new(),
+            windows: Vec::new(),
+            violations: Vec::new(),
+        },
+        probe: if st.short { 20 } else { 50 },
+    };
+
+    let t = Instant::now();
+    d.floods("cache on", 1).await;
+    d.internal().await;
+    d.reconnect().await;
+    let on_time = t.elapsed();
+
+    // Without the block cache: xtask restarts the functions with RATE_LIMIT_BLOCK_CACHE_SIZE=0.
+    let t = Instant::now();
+    std::fs::write(st.dir.join("restart-1"), "RATE_LIMIT_BLOCK_CACHE_SIZE=0").expect("restart-1");
+    let answer = loop {
+        if let Ok(text) = std::fs::read_to_string(st.dir.join("restarted-1")) {
+            break text;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "no restart in 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    if answer.trim() != "ok" {
+        d.violation(format!("restart without the block cache: {answer}"));
+    } else {
+        let t = Instant::now();
+        d.floods("cache off", 2).await;
+        eprintln!(
+            "drill: cache off floods took {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+
+    let report = report(st, &d, on_time, started.elapsed());
+    (report, d.f.violations)
+}
+
+fn report(st: &Settings, d: &Drill<'_>, on_time: Duration, total: Duration) -> String {
+    let f = &d.f;
+    let mut r = String::new();
+    let mut line = |s: String| {
+        r.push_str(&s);
+        r.push('\n');
+    };
+    line("# Attack drills against the rate limits".into());
+    line(String::new());
+    line(format!(
+        "Verdict: **{}**",
+        if f.violations.is_empty() {
+            "PASS: no violation".to_string()
+        } else {
+            format!("FAIL: {} violation(s)", f.violations.len())
+        }
+    ));
+    line(String::new());
+    line(format!(
+        "{} run · both functions under `cargo lambda watch` (one instance each), `CLIENT_IP_SOURCE=cloudfront` with a random `ORIGIN_VERIFY_SECRET`, a random `INTERNAL_TOKEN` · `SESSION_RATE_LIMITS={}` · `TRANSFER_RATE_LIMITS={}` · {} requests in flight during floods · drills with the block cache {:.1}s, whole run {:.1}s",
+        if st.short { "Short (`--short`, CI)" } else { "Full" },
+        st.session_limits,
+        st.transfer_limits,
+        CONCURRENCY,
+        on_time.as_secs_f64(),
+        total.as_secs_f64()
+    ));
+    line(String::new());
+    line("Every request carries `X-Origin-Verify` and `CloudFront-Viewer-Address: <ip>:<port>`, as our distribution adds them; the attacker varies only what it controls. \"Admitted\" means passed the limiter: any answer but 429 (a random token's 401 comes after the `ip` layer counted it). Each flood falls inside one window; after it, more requests of the same kind are sent against the full key and must all get 429; what those cost in DynamoDB requests (counted by the proxy between the functions and DynamoDB Local) is the table further down.".into());
+    line(String::new());
+    line("## Admitted versus the configured limit, per key and window".into());
+    line(String::new());
+    line("| block cache | drill | key | sent | admitted | limit | expected | answers |".into());
+    line("|---|---|---|---:|---:|---|---:|---|".into());
+    for row in &f.rows {
+        line(format!(
+            "| {} | {} | `{}` | {} | {} | {} | {} | {} |",
+            row.phase,
+            row.drill,
+            row.key,
+            row.sent,
+            row.admitted,
+            row.limit,
+            row.expected,
+            row.statuses
+        ));
+    }
+    line(String::new());
+    line(format!(
+        "## The reconnect loop: one client retrying every {:.1} s over three {} s windows (`ip={}`)",
+        d.limits.window_ms as f64 / 10_000.0,
+        d.limits.window_ms / 1000,
+        d.limits.session_ip
+    ));
+    line(String::new());
+    line(
+        "| window | sent | admitted | limit | reopened (first request of the window admitted) |"
+            .into(),
+    );
+    line("|---:|---:|---:|---:|---|".into());
+    for w in &f.windows {
+        line(w.clone());
+    }
+    line(String::new());
+    line("## DynamoDB requests per rejected request (against a key already full)".into());
+    line(String::new());
+    line(
+        "| block cache | drill | rejected | DynamoDB requests | per rejection | by operation |"
+            .into(),
+    );
+    line("|---|---|---:|---:|---:|---|".into());
+    for c in &f.costs {
+        line(format!(
+            "| {} | {} | {} | {} | {:.2} | {} |",
+            c.phase,
+            c.drill,
+            c.rejected,
+            c.total(),
+            c.total() as f64 / c.rejected.max(1) as f64,
+            if c.by_op.is_empty() {
+                "none".to_string()
+            } else {
+                c.by_op
+                    .iter()
+                    .map(|(op, n)| format!("{op} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ));
+    }
+    line(String::new());
+    let client_cost = |phase: &str| {
+        f.costs
+            .iter()
+            .find(|c| c.phase == phase && c.drill.starts_with("one client token"))
+            .map(|c| c.total() as f64 / c.rejected.max(1) as f64)
+    };
+    if let (Some(on), Some(off)) = (client_cost("cache on"), client_cost("cache off")) {
+        line(format!(
+            "Read this: a rejection by the `ip` layer costs one failing `UpdateItem` without the block cache and nothing with it. A rejection by the `client` layer is never free: the transfer function counts the `ip` layer in one limiter call before authentication and the `client` layer in a second one after it, so a request from a fresh address with a valid token whose client is full still increments its `ip` counter, then meets the full `client` key (cached or not), then gets that `ip` unit refunded: {on:.2} DynamoDB writes per rejection with the cache, {off:.2} without. An attacker holding one client token and many addresses makes the limiter write on every request."
+        ));
+        line(String::new());
+    }
+    if !f.violations.is_empty() {
+        line("## Violations".into());
+        line(String::new());
+        for v in &f.violations {
+            line(format!("- {v}"));
+        }
+        line(String::new());
+    }
+    line(format!(
+        "Reproduce: `cargo xtask drill{}`.",
+        if st.short { " --short" } else { "" }
+    ));
+    r
+}
