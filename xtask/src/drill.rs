@@ -21,11 +21,10 @@ use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::dev::{self, Hooks};
-use crate::dynamodb_local::Storage;
+use crate::dev;
 use crate::setup::Tools;
 use crate::util::{self, info, step, Result};
-use crate::{processes, signal};
+use crate::{processes, proxied, signal};
 
 const USAGE: &str = "\
 Usage: cargo xtask drill [--short] [--report <file.md>]
@@ -87,23 +86,10 @@ pub fn drill(tools: &Tools, o: &Options) -> Result {
     signal::install();
     processes::become_subreaper();
     let started = Instant::now();
+    let run = proxied::Run::new("drill")?;
     step("drill: build");
-    util::run(util::cargo().args([
-        "test",
-        "-p",
-        "tollgate-tests",
-        "--test",
-        "drill",
-        "--no-run",
-    ]))?;
+    run.build_driver()?;
 
-    let dir = util::cache_dir()?
-        .join("drill")
-        .join(std::process::id().to_string());
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
-    let stack_file = dev::stack_file(&dir);
-    let ddb_port = util::free_port()?;
     // Short windows keep the CI step quick; 5 s leaves a flood room on a loaded machine.
     let window = if o.short { 5 } else { 10 };
     let session_limits = format!("ip=5/{window}s,global=100000/1d");
@@ -111,13 +97,8 @@ pub fn drill(tools: &Tools, o: &Options) -> Result {
     let origin_secret = util::random_hex(16);
 
     step("drill: driver");
-    let mut cmd = util::cargo();
-    cmd.args(["test", "-q", "-p", "tollgate-tests", "--test", "drill"])
-        .args(["--", "--ignored", "--nocapture", "--exact", "drill"])
-        .env("DRILL_DIR", &dir)
-        .env("DRILL_UPSTREAM", format!("http://127.0.0.1:{ddb_port}"))
-        .env("TOLLGATE_STACK_FILE", &stack_file)
-        .env("DRILL_SHORT", if o.short { "1" } else { "0" })
+    let mut cmd = run.driver("DRILL");
+    cmd.env("DRILL_SHORT", if o.short { "1" } else { "0" })
         .env("DRILL_ORIGIN_SECRET", &origin_secret)
         .env("DRILL_SESSION_LIMITS", &session_limits)
         .env("DRILL_TRANSFER_LIMITS", &transfer_limits);
@@ -126,55 +107,23 @@ pub fn drill(tools: &Tools, o: &Options) -> Result {
         None => cmd.env_remove("DRILL_REPORT"),
     };
     let mut driver = processes::spawn("drill driver", &mut cmd)?;
-
-    let proxy_file = dir.join("proxy");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let proxy = loop {
-        if let Ok(endpoint) = fs::read_to_string(&proxy_file) {
-            break endpoint.trim().to_string();
-        }
-        if let Some(status) = driver.try_wait()? {
-            return Err(
-                format!("the drill driver exited before its proxy was up ({status})").into(),
-            );
-        }
-        if signal::received() {
-            return Err("interrupted".into());
-        }
-        if Instant::now() > deadline {
-            return Err("the drill driver's proxy did not come up within 300 s".into());
-        }
-        sleep(Duration::from_millis(50));
-    };
-    info(format!(
-        "counting proxy {proxy} in front of DynamoDB Local on port {ddb_port}"
-    ));
+    let proxy = run.wait_for_proxy(&mut driver)?;
 
     step("drill: stack");
-    let opts = dev::Options {
-        state_dir: dir.clone(),
-        storage: Storage::InMemory,
-        invoke_port: None,
-        reload: false,
-        interactive: false,
-        hooks: Hooks {
-            dynamodb_port: Some(ddb_port),
-            function_env: vec![
-                ("DYNAMODB_ENDPOINT".into(), proxy.clone()),
-                ("AWS_ENDPOINT_URL_DYNAMODB".into(), proxy.clone()),
-                ("CLIENT_IP_SOURCE".into(), "cloudfront".into()),
-                ("ORIGIN_VERIFY_SECRET".into(), origin_secret.clone()),
-                ("SESSION_RATE_LIMITS".into(), session_limits),
-                ("TRANSFER_RATE_LIMITS".into(), transfer_limits),
-                ("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()),
-                ("RUST_LOG".into(), "warn".into()),
-            ],
-            concurrency: None,
-        },
-    };
+    let opts = run.stack_options(
+        &proxy,
+        vec![
+            ("CLIENT_IP_SOURCE".into(), "cloudfront".into()),
+            ("ORIGIN_VERIFY_SECRET".into(), origin_secret.clone()),
+            ("SESSION_RATE_LIMITS".into(), session_limits),
+            ("TRANSFER_RATE_LIMITS".into(), transfer_limits),
+            ("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()),
+        ],
+        None,
+    );
     let result = dev::start(tools, &opts, None).and_then(|mut stack| {
         step("drill: traffic");
-        let result = supervise(&mut driver, &mut stack, &dir);
+        let result = supervise(&mut driver, &mut stack, &run.dir);
         step("drill: stop");
         stack.stop();
         result
@@ -184,12 +133,7 @@ pub fn drill(tools: &Tools, o: &Options) -> Result {
         "drill took {:.1}s",
         started.elapsed().as_secs_f32()
     ));
-    match &result {
-        Ok(()) => {
-            let _ = fs::remove_dir_all(&dir);
-        }
-        Err(_) => info(format!("drill logs kept in {}", dir.join("logs").display())),
-    }
+    run.finish(&result);
     result
 }
 

@@ -11,6 +11,7 @@ mod json;
 mod lock;
 mod openai_standin;
 mod processes;
+mod proxied;
 mod replay;
 mod setup;
 mod signal;

@@ -23,11 +23,10 @@ use std::process::ExitStatus;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::dev::{self, Hooks};
-use crate::dynamodb_local::Storage;
+use crate::dev;
 use crate::setup::Tools;
-use crate::util::{self, info, step, Result};
-use crate::{processes, signal};
+use crate::util::{info, step, Result};
+use crate::{processes, proxied, signal};
 
 const USAGE: &str = "\
 Usage: cargo xtask replay [--seed <n>] [--requests <n>] [--accounts <n>]
@@ -138,31 +137,13 @@ pub fn replay(tools: &Tools, o: &Options) -> Result {
     signal::install();
     processes::become_subreaper();
     let started = Instant::now();
+    let run = proxied::Run::new("replay")?;
     step("replay: build");
-    util::run(util::cargo().args([
-        "test",
-        "-p",
-        "tollgate-tests",
-        "--test",
-        "replay",
-        "--no-run",
-    ]))?;
-
-    let runs = util::cache_dir()?.join("replay");
-    let dir = runs.join(std::process::id().to_string());
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
-    let stack_file = dev::stack_file(&dir);
-    let ddb_port = util::free_port()?;
+    run.build_driver()?;
 
     step("replay: driver");
-    let mut cmd = util::cargo();
-    cmd.args(["test", "-q", "-p", "tollgate-tests", "--test", "replay"])
-        .args(["--", "--ignored", "--nocapture", "--exact", "replay"])
-        .env("REPLAY_DIR", &dir)
-        .env("REPLAY_UPSTREAM", format!("http://127.0.0.1:{ddb_port}"))
-        .env("TOLLGATE_STACK_FILE", &stack_file)
-        .env("REPLAY_SEED", o.seed.to_string())
+    let mut cmd = run.driver("REPLAY");
+    cmd.env("REPLAY_SEED", o.seed.to_string())
         .env("REPLAY_REQUESTS", o.requests.to_string())
         .env("REPLAY_ACCOUNTS", o.accounts.to_string())
         .env("REPLAY_CLIENTS", o.clients.to_string())
@@ -170,65 +151,24 @@ pub fn replay(tools: &Tools, o: &Options) -> Result {
         .env("REPLAY_INSTANCES", o.instances.to_string())
         .env("REPLAY_KILLS", o.kills.to_string())
         .env("REPLAY_FAULT_RATE", o.fault_rate.to_string())
-        .env("REPLAY_SABOTAGE", if o.sabotage { "1" } else { "0" })
-        // The driver talks to DynamoDB Local directly for setup and reconciliation.
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env_remove("AWS_SESSION_TOKEN")
-        .env_remove("AWS_PROFILE");
+        .env("REPLAY_SABOTAGE", if o.sabotage { "1" } else { "0" });
     match &o.report {
         Some(path) => cmd.env("REPLAY_REPORT", path),
         None => cmd.env_remove("REPLAY_REPORT"),
     };
     let mut driver = processes::spawn("replay driver", &mut cmd)?;
-
-    let proxy_file = dir.join("proxy");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let proxy = loop {
-        if let Ok(endpoint) = fs::read_to_string(&proxy_file) {
-            break endpoint.trim().to_string();
-        }
-        if let Some(status) = driver.try_wait()? {
-            return Err(
-                format!("the replay driver exited before its proxy was up ({status})").into(),
-            );
-        }
-        if signal::received() {
-            return Err("interrupted".into());
-        }
-        if Instant::now() > deadline {
-            return Err("the replay driver's fault proxy did not come up within 300 s".into());
-        }
-        sleep(Duration::from_millis(50));
-    };
-    info(format!(
-        "fault proxy {proxy} in front of DynamoDB Local on port {ddb_port}"
-    ));
+    let proxy = run.wait_for_proxy(&mut driver)?;
 
     step("replay: stack");
-    let opts = dev::Options {
-        state_dir: dir.clone(),
-        storage: Storage::InMemory,
-        invoke_port: None,
-        reload: false,
-        interactive: false,
-        hooks: Hooks {
-            dynamodb_port: Some(ddb_port),
-            function_env: vec![
-                ("DYNAMODB_ENDPOINT".into(), proxy.clone()),
-                ("AWS_ENDPOINT_URL_DYNAMODB".into(), proxy.clone()),
-                // The replay tests transfers, not limits.
-                (
-                    "TRANSFER_RATE_LIMITS".into(),
-                    "ip=10000000/1m,client=10000000/1m".into(),
-                ),
-                ("RUST_LOG".into(), "warn".into()),
-            ],
-            concurrency: Some(o.instances),
-        },
-    };
+    let opts = run.stack_options(
+        &proxy,
+        // The replay tests transfers, not limits.
+        vec![(
+            "TRANSFER_RATE_LIMITS".into(),
+            "ip=10000000/1m,client=10000000/1m".into(),
+        )],
+        Some(o.instances),
+    );
     let mut stack = dev::start(tools, &opts, None)?;
     info(format!(
         "functions at {} (log: {})",
@@ -237,7 +177,7 @@ pub fn replay(tools: &Tools, o: &Options) -> Result {
     ));
 
     step("replay: traffic");
-    let result = supervise(&mut driver, &mut stack, &dir);
+    let result = supervise(&mut driver, &mut stack, &run.dir);
     step("replay: stop");
     stack.stop();
     drop(stack);
@@ -246,15 +186,7 @@ pub fn replay(tools: &Tools, o: &Options) -> Result {
         "replay took {:.1}s",
         started.elapsed().as_secs_f32()
     ));
-    match &result {
-        Ok(()) => {
-            let _ = fs::remove_dir_all(&dir);
-        }
-        Err(_) => info(format!(
-            "replay logs kept in {}",
-            dir.join("logs").display()
-        )),
-    }
+    run.finish(&result);
     result
 }
 
