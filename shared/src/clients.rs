@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
@@ -88,27 +88,32 @@ impl ClientStore {
         let client_id = crate::ids::new_id("cl");
         let token = format!("{TOKEN_PREFIX}{}", crate::ids::random_hex(32));
         let created_at = AttributeValue::N((self.clock.now_ms() / 1000).to_string());
-        let put = |pk: String| {
-            Put::builder()
+        let hash = token_hash(&token);
+        let put = |pk: String, token_ref: Option<&str>| {
+            let mut put = Put::builder()
                 .table_name(&self.table)
                 .item("pk", AttributeValue::S(pk))
                 .item("client_id", AttributeValue::S(client_id.clone()))
                 .item("name", AttributeValue::S(name.to_string()))
                 .item("created_at", created_at.clone())
-                .condition_expression("attribute_not_exists(pk)")
-                .build()
-                .expect("table, item and condition are set")
+                .condition_expression("attribute_not_exists(pk)");
+            if let Some(h) = token_ref {
+                // The id record points at the token's hash (never the token), so a client can
+                // be revoked by its id.
+                put = put.item("token_hash", AttributeValue::S(h.to_string()));
+            }
+            put.build().expect("table, item and condition are set")
         };
         self.ddb
             .transact_write_items()
             .transact_items(
                 TransactWriteItem::builder()
-                    .put(put(token_hash(&token)))
+                    .put(put(hash.clone(), None))
                     .build(),
             )
             .transact_items(
                 TransactWriteItem::builder()
-                    .put(put(id_key(&client_id)))
+                    .put(put(id_key(&client_id), Some(&hash)))
                     .build(),
             )
             .send()
@@ -119,6 +124,49 @@ impl ClientStore {
             name: name.to_string(),
             token: SecretString::from(token),
         })
+    }
+
+    /// Revokes a client: its token stops working at once in new processes and within the
+    /// positive-cache time (`TOKEN_CACHE_SECONDS`) in warm ones. `Ok(false)` when no such client.
+    pub async fn revoke(&self, client_id: &str) -> Result<bool, ClientStoreError> {
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(id_key(client_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| err("revoke", e))?;
+        let Some(item) = out.item() else {
+            return Ok(false);
+        };
+        let mut delete = self.ddb.transact_write_items().transact_items(
+            TransactWriteItem::builder()
+                .delete(
+                    Delete::builder()
+                        .table_name(&self.table)
+                        .key("pk", AttributeValue::S(id_key(client_id)))
+                        .build()
+                        .expect("table and key are set"),
+                )
+                .build(),
+        );
+        if let Some(hash) = item.get("token_hash").and_then(|v| v.as_s().ok()) {
+            delete = delete.transact_items(
+                TransactWriteItem::builder()
+                    .delete(
+                        Delete::builder()
+                            .table_name(&self.table)
+                            .key("pk", AttributeValue::S(hash.clone()))
+                            .build()
+                            .expect("table and key are set"),
+                    )
+                    .build(),
+            );
+        }
+        delete.send().await.map_err(|e| err("revoke", e))?;
+        Ok(true)
     }
 
     /// Whether a client with this id exists.

@@ -158,3 +158,34 @@ async fn deposits_add_up_under_concurrency() {
     let shown = cli.json(&["accounts", "show", &id]).await;
     assert_eq!(shown["balance"], 80);
 }
+
+#[tokio::test]
+async fn a_revoked_client_can_no_longer_authenticate() {
+    let cli = TestCli::new().await;
+    let client = cli.json(&["clients", "create", "--name", "Leaky"]).await;
+    let (id, token) = (
+        client["client_id"].as_str().unwrap(),
+        client["token"].as_str().unwrap(),
+    );
+    let store = ClientStore::new(
+        cli.ddb.clone(),
+        cli.table("ClientsTable"),
+        shared(&cli.clock),
+        Duration::ZERO,
+    );
+    let token = SecretString::from(token.to_string());
+    assert_eq!(
+        store.authenticate(&token).await.unwrap().as_deref(),
+        Some(id)
+    );
+
+    let revoked = cli.json(&["clients", "revoke", id]).await;
+    assert_eq!(revoked["revoked"], true);
+    assert_eq!(store.authenticate(&token).await.unwrap(), None);
+    assert!(!store.exists(id).await.unwrap());
+    let items = tollgate_tests::dynamo::scan_all(&cli.ddb, cli.table("ClientsTable")).await;
+    assert!(items.is_empty(), "both records are gone: {items:?}");
+
+    let line = cli.fails(&["clients", "revoke", id]).await;
+    assert!(line.contains("no client"), "{line}");
+}

@@ -1,4 +1,5 @@
-//! `tollgate clients create --name N`: a new API client and its bearer token.
+//! `tollgate clients create --name N`: a new API client and its bearer token;
+//! `tollgate clients revoke ID`: its token stops working.
 //!
 //! [`ClientStore::create`] draws the token and stores only its SHA-256, so this reply is the one
 //! and only time the token exists in readable form. Nothing else the CLI prints contains it.
@@ -25,12 +26,34 @@ pub enum Command {
         #[arg(long)]
         name: String,
     },
+    /// Revokes a client: its token stops working (within TOKEN_CACHE_SECONDS in warm functions).
+    Revoke {
+        /// The client id (`cl_…`).
+        id: String,
+    },
 }
 
 pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, CliError> {
     match command {
         Command::Create { name } => create(name, deps).await,
+        Command::Revoke { id } => revoke(id.trim(), deps).await,
     }
+}
+
+async fn revoke(id: &str, deps: &Deps<'_>) -> Result<Reply, CliError> {
+    let table = table_names::CLIENTS.resolve(deps.env);
+    let store = ClientStore::new(deps.ddb.clone(), &table, deps.clock.clone(), Duration::ZERO);
+    let revoked = store
+        .revoke(id)
+        .await
+        .map_err(|e| CliError::store(format!("revoking client {id} in {table}"), &e))?;
+    if !revoked {
+        return Err(CliError::new(format!("no client {id} in {table}")));
+    }
+    Ok(Reply::new()
+        .field("client_id", id)
+        .field("revoked", true)
+        .note("Warm functions stop accepting the token within TOKEN_CACHE_SECONDS."))
 }
 
 async fn create(name: &str, deps: &Deps<'_>) -> Result<Reply, CliError> {
