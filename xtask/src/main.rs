@@ -3,6 +3,7 @@
 //! works the same on every machine and is checked by the compiler; kept free
 //! of dependencies so it builds in seconds.
 
+mod bench;
 mod dev;
 mod drill;
 mod dynamodb_local;
@@ -51,6 +52,10 @@ Commands:
               admitted vs limit per key, DynamoDB requests per rejection
               with and without the block cache; the full run writes
               docs/drill.md (`drill --help` for more)
+  bench [--n <requests>] [--report <file.md>]
+              idempotency against Powertools for Python and the limiter
+              against a bare UpdateItem, on one DynamoDB Local; writes
+              docs/benchmarks.md (`bench --help` for more)
   help        Show this text
 
 Environment:
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
         "test" => test::run(rest),
         "replay" => replay::run(rest),
         "drill" => drill::run(rest),
+        "bench" => bench::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
