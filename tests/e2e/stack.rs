@@ -71,8 +71,9 @@ pub fn stack() -> &'static Stack {
     })
 }
 
-/// Tests that call `POST /session` hold this, so a kill switch flipped by one test is never
-/// seen by another running at the same time.
+/// Tests that call `POST /session` or move the demo accounts' money hold this, so a kill
+/// switch flipped by one test is never seen by another running at the same time, and a balance
+/// one test reads is not moved by another (the README's examples use the demo accounts too).
 pub fn session_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

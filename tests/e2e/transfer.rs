@@ -1,6 +1,6 @@
 //! `POST /transfers` with an `Idempotency-Key`, its replay, and the balance it leaves.
 
-use crate::stack::{stack, unique_key};
+use crate::stack::{session_lock, stack, unique_key};
 use crate::{expect_status, http};
 
 const AMOUNT: u64 = 100;
@@ -19,6 +19,8 @@ fn balance(account: &str) -> u64 {
 #[test]
 #[ignore = "needs the local stack: run by cargo xtask test"]
 fn a_retried_transfer_is_replayed_not_repeated() {
+    // The README's examples move the same demo accounts' money.
+    let _serial = session_lock();
     let stack = stack();
     let (from, to) = (&stack.demo_accounts[0], &stack.demo_accounts[1]);
     let before = balance(from);
