@@ -440,17 +440,11 @@ impl Stack {
         }
     }
 
-    /// Stops `cargo lambda watch` and starts it again on the same port, then
-    /// waits until the functions answer: a cold start of every function.
-    /// cargo-lambda (1.9.2) never restarts a function process that died;
-    /// invocations then wait for it for ever. So after `cargo xtask replay`
-    /// kills one, this is the restart.
-    pub fn restart_functions(&mut self) -> Result {
-        self.restart_functions_with(&[])
-    }
-
-    /// [`Self::restart_functions`], with `extra_env` on top of the hooks' variables for this
-    /// start only (`cargo xtask drill` restarts them with the block cache off).
+    /// Stops `cargo lambda watch` and starts it again on the same port, with `extra_env` on
+    /// top of the hooks' variables for this start only, then waits until the functions answer:
+    /// a cold start of every function. cargo-lambda (1.9.2) never restarts a function process
+    /// that died; invocations then wait for it for ever. So after `cargo xtask replay` kills
+    /// one, this is the restart (`cargo xtask drill` uses it to turn the block cache off).
     pub fn restart_functions_with(&mut self, extra_env: &[(String, String)]) -> Result {
         if let Some(mut functions) = self.functions.take() {
             functions.stop(STOP_GRACE);

@@ -16,10 +16,8 @@
 //!    driver repeats the floods without the cache;
 //! 5. the driver's exit status is the verdict; xtask stops everything either way.
 
-use std::fs;
 use std::path::PathBuf;
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::dev;
 use crate::setup::Tools;
@@ -123,7 +121,23 @@ pub fn drill(tools: &Tools, o: &Options) -> Result {
     );
     let result = dev::start(tools, &opts, None).and_then(|mut stack| {
         step("drill: traffic");
-        let result = supervise(&mut driver, &mut stack, &run.dir);
+        // The driver asks for one restart: the floods again without the block cache.
+        let result = run
+            .supervise(
+                &mut driver,
+                &mut stack,
+                &[("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "0".into())],
+            )
+            .and_then(|status| {
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "the drill found violations or failed ({status}); see its report above"
+                    )
+                    .into())
+                }
+            });
         step("drill: stop");
         stack.stop();
         result
@@ -135,47 +149,4 @@ pub fn drill(tools: &Tools, o: &Options) -> Result {
     ));
     run.finish(&result);
     result
-}
-
-/// Waits for the driver; restarts the functions without the block cache when it asks.
-fn supervise(
-    driver: &mut processes::Tree,
-    stack: &mut dev::Stack,
-    dir: &std::path::Path,
-) -> Result {
-    let mut restarted = false;
-    let status = loop {
-        if let Some(status) = driver.try_wait()? {
-            break status;
-        }
-        if signal::received() {
-            return Err("interrupted".into());
-        }
-        if !restarted && dir.join("restart-1").exists() {
-            restarted = true;
-            info("restarting the functions with RATE_LIMIT_BLOCK_CACHE_SIZE=0");
-            let t = Instant::now();
-            let answer = match stack
-                .restart_functions_with(&[("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "0".into())])
-            {
-                Ok(()) => {
-                    info(format!(
-                        "functions answer again after {:.1}s",
-                        t.elapsed().as_secs_f32()
-                    ));
-                    "ok".to_string()
-                }
-                Err(e) => format!("restart failed: {e}"),
-            };
-            let tmp = dir.join("restarted.tmp");
-            fs::write(&tmp, answer)?;
-            fs::rename(&tmp, dir.join("restarted-1"))?;
-        }
-        sleep(Duration::from_millis(50));
-    };
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("the drill found violations or failed ({status}); see its report above").into())
-    }
 }

@@ -9,7 +9,7 @@
 
 use std::fs;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -140,6 +140,54 @@ impl Run {
                 function_env: env,
                 concurrency,
             },
+        }
+    }
+
+    /// Waits for the driver to exit. Meanwhile, whenever it writes `restart-N` (N = 1, 2, …;
+    /// the file may hold a note, e.g. the pid it killed), restarts the functions with
+    /// `restart_env` on top of their variables and answers `restarted-N` with `ok` or the error.
+    pub fn supervise(
+        &self,
+        driver: &mut processes::Tree,
+        stack: &mut dev::Stack,
+        restart_env: &[(String, String)],
+    ) -> Result<ExitStatus> {
+        let mut restarts = 0;
+        loop {
+            if let Some(status) = driver.try_wait()? {
+                return Ok(status);
+            }
+            if signal::received() {
+                return Err("interrupted".into());
+            }
+            let request = self.dir.join(format!("restart-{}", restarts + 1));
+            if request.exists() {
+                restarts += 1;
+                let note = fs::read_to_string(&request).unwrap_or_default();
+                info(format!(
+                    "the {} driver asks for a restart of the functions{}",
+                    self.name,
+                    match note.trim() {
+                        "" => String::new(),
+                        n => format!(" ({n})"),
+                    }
+                ));
+                let t = Instant::now();
+                let answer = match stack.restart_functions_with(restart_env) {
+                    Ok(()) => {
+                        info(format!(
+                            "functions answer again after {:.1}s",
+                            t.elapsed().as_secs_f32()
+                        ));
+                        "ok".to_string()
+                    }
+                    Err(e) => format!("restart failed: {e}"),
+                };
+                let tmp = self.dir.join("restarted.tmp");
+                fs::write(&tmp, answer)?;
+                fs::rename(&tmp, self.dir.join(format!("restarted-{restarts}")))?;
+            }
+            sleep(Duration::from_millis(50));
         }
     }
 

@@ -17,11 +17,8 @@
 //!    restarts `cargo lambda watch` on the same port and answers `restarted-N`;
 //! 5. the driver's exit status is the verdict; xtask stops everything either way.
 
-use std::fs;
 use std::path::PathBuf;
-use std::process::ExitStatus;
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::dev;
 use crate::setup::Tools;
@@ -177,7 +174,19 @@ pub fn replay(tools: &Tools, o: &Options) -> Result {
     ));
 
     step("replay: traffic");
-    let result = supervise(&mut driver, &mut stack, &run.dir);
+    // The driver asks for a restart after each process it kills.
+    let result = run
+        .supervise(&mut driver, &mut stack, &[])
+        .and_then(|status| {
+            if status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the replay found violations or failed ({status}); see its report above"
+                )
+                .into())
+            }
+        });
     step("replay: stop");
     stack.stop();
     drop(stack);
@@ -188,53 +197,4 @@ pub fn replay(tools: &Tools, o: &Options) -> Result {
     ));
     run.finish(&result);
     result
-}
-
-/// Waits for the driver, restarting the functions whenever it asks.
-fn supervise(
-    driver: &mut processes::Tree,
-    stack: &mut dev::Stack,
-    dir: &std::path::Path,
-) -> Result {
-    let mut restarts = 0;
-    let status: ExitStatus = loop {
-        if let Some(status) = driver.try_wait()? {
-            break status;
-        }
-        if signal::received() {
-            return Err("interrupted".into());
-        }
-        let request = dir.join(format!("restart-{}", restarts + 1));
-        if request.exists() {
-            restarts += 1;
-            let pid = fs::read_to_string(&request).unwrap_or_default();
-            info(format!(
-                "the driver killed transfer pid {}; restarting cargo lambda watch",
-                pid.trim()
-            ));
-            let t = Instant::now();
-            let answer = match stack.restart_functions() {
-                Ok(()) => {
-                    info(format!(
-                        "functions answer again after {:.1}s",
-                        t.elapsed().as_secs_f32()
-                    ));
-                    "ok".to_string()
-                }
-                Err(e) => format!("restart failed: {e}"),
-            };
-            let tmp = dir.join("restarted.tmp");
-            fs::write(&tmp, answer)?;
-            fs::rename(&tmp, dir.join(format!("restarted-{restarts}")))?;
-        }
-        sleep(Duration::from_millis(50));
-    };
-    if status.success() {
-        Ok(())
-    } else {
-        Err(
-            format!("the replay found violations or failed ({status}); see its report above")
-                .into(),
-        )
-    }
 }
