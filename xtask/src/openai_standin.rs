@@ -9,12 +9,13 @@
 //! lets the ephemeral-key function's whole path (limits, idempotency,
 //! upstream call, response) be exercised locally.
 //!
-//! Plain std: one thread, a non-blocking listener polled every few
-//! milliseconds so [`StandIn`] can stop it, one request per connection
-//! (`Connection: close`; hyper's client handles that).
+//! Plain std: one thread blocked in `accept` (so a request is answered at
+//! once, which `cargo xtask bench` relies on when it times `POST /session`),
+//! woken by a connection of its own when [`StandIn`] stops it; one request
+//! per connection (`Connection: close`; hyper's client handles that).
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -36,6 +37,7 @@ const MAX_BODY: usize = 64 * 1024;
 pub struct StandIn {
     /// `http://127.0.0.1:<port>`, the value for `OPENAI_BASE_URL`.
     pub base_url: String,
+    addr: SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -44,8 +46,8 @@ pub struct StandIn {
 /// minted secret is logged (the dev command; tests stay quiet).
 pub fn start(verbose: bool) -> Result<StandIn> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    listener.set_nonblocking(true)?;
-    let base_url = format!("http://{}", listener.local_addr()?);
+    let addr = listener.local_addr()?;
+    let base_url = format!("http://{addr}");
     let stop = Arc::new(AtomicBool::new(false));
     let minted = Arc::new(AtomicU64::new(0));
     let thread = {
@@ -56,6 +58,7 @@ pub fn start(verbose: bool) -> Result<StandIn> {
     };
     Ok(StandIn {
         base_url,
+        addr,
         stop,
         thread: Some(thread),
     })
@@ -64,22 +67,27 @@ pub fn start(verbose: bool) -> Result<StandIn> {
 impl Drop for StandIn {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        // Wakes the blocked `accept`; if the connection fails the thread is not waiting there.
+        let woke = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)).is_ok();
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            if woke {
+                let _ = thread.join();
+            }
         }
     }
 }
 
 fn serve(listener: TcpListener, stop: &AtomicBool, minted: &AtomicU64, verbose: bool) {
-    while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
+    loop {
+        let accepted = listener.accept();
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match accepted {
             Ok((stream, _)) => {
                 if let Err(e) = handle(stream, minted, verbose) {
                     info(format!("openai stand-in: bad request: {e}"));
                 }
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(10));
             }
             Err(_) => thread::sleep(Duration::from_millis(50)),
         }
@@ -87,8 +95,6 @@ fn serve(listener: TcpListener, stop: &AtomicBool, minted: &AtomicU64, verbose: 
 }
 
 fn handle(stream: TcpStream, minted: &AtomicU64, verbose: bool) -> Result {
-    // Accepted sockets may inherit non-blocking mode on some systems.
-    stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
