@@ -584,31 +584,10 @@ fn fatal_log_line(log: &Path) -> Option<String> {
         .map(|line| line.trim().to_string())
 }
 
-/// `cargo build -p tollgate-cli`; returns the binary's path as cargo reports
-/// it (so `CARGO_TARGET_DIR` and friends need no guessing).
-fn build_cli() -> Result<PathBuf> {
-    let out = util::cargo()
-        .args([
-            "build",
-            "-p",
-            CLI_PACKAGE,
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("could not run cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("`cargo build -p {CLI_PACKAGE}` failed ({})", out.status).into());
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| json::parse(line).ok())
-        .filter(|msg| msg.str_field("reason") == Some("compiler-artifact"))
-        .filter(|msg| msg.get("target").and_then(|t| t.str_field("name")) == Some(CLI_BIN))
-        .find_map(|msg| msg.str_field("executable").map(PathBuf::from))
-        .ok_or_else(|| {
-            format!("cargo built {CLI_PACKAGE} but reported no `{CLI_BIN}` binary").into()
-        })
+/// `cargo build -p tollgate-cli`; returns the binary's path.
+pub fn build_cli() -> Result<PathBuf> {
+    let mut bins = util::cargo_build_bins(&["-p", CLI_PACKAGE], &[CLI_BIN])?;
+    Ok(bins.remove(0))
 }
 
 /// Runs the CLI with the stack's environment from the workspace root;

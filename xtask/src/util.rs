@@ -59,6 +59,36 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// `cargo build <args>`, returning the path of each binary in `bins` as cargo reports it (so
+/// `CARGO_TARGET_DIR` and profiles need no guessing). Diagnostics go to the terminal.
+pub fn cargo_build_bins(args: &[&str], bins: &[&str]) -> Result<Vec<PathBuf>> {
+    let mut cmd = cargo();
+    cmd.arg("build")
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(std::process::Stdio::inherit());
+    let out = cmd
+        .output()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`{}` failed ({})", display(&cmd), out.status).into());
+    }
+    let messages: Vec<crate::json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| crate::json::parse(line).ok())
+        .filter(|msg| msg.str_field("reason") == Some("compiler-artifact"))
+        .collect();
+    bins.iter()
+        .map(|bin| {
+            messages
+                .iter()
+                .filter(|msg| msg.get("target").and_then(|t| t.str_field("name")) == Some(bin))
+                .find_map(|msg| msg.str_field("executable").map(PathBuf::from))
+                .ok_or_else(|| format!("`{}` reported no `{bin}` binary", display(&cmd)).into())
+        })
+        .collect()
+}
+
 /// Runs a command with inherited stdio and turns failure into an error that
 /// names the command.
 pub fn run(cmd: &mut Command) -> Result {
