@@ -121,7 +121,7 @@ pub fn read_headers(reader: &mut impl BufRead) -> Result<Vec<(String, String)>> 
     }
 }
 
-fn read_chunked(reader: &mut impl BufRead) -> Result<Vec<u8>> {
+pub fn read_chunked(reader: &mut impl BufRead) -> Result<Vec<u8>> {
     let mut body = Vec::new();
     loop {
         let mut size_line = String::new();
