@@ -336,3 +336,24 @@ pub fn venv(name: &str, packages: &[(&str, &str)]) -> Result<PathBuf> {
     fs::write(venv.join(MARKER), &spec)?;
     Ok(python)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assemble_puts_each_part_where_it_belongs() {
+        let driver = "# Benchmarks\n\n| | |\n|---|---|\n| rustc | 1 |\n\nReproduce: `x`\n\n## 1. One\n\ntext\n\n## Goals\n\n- one: **met**\n";
+        let part = Section {
+            markdown: "## 3. Three\n\nmore\n".into(),
+            goals: vec!["- three: **met**".into()],
+            versions: vec![("tool".into(), "2".into())],
+        };
+        let text = assemble(driver, &[part]).unwrap();
+        assert_eq!(
+            text,
+            "# Benchmarks\n\n| | |\n|---|---|\n| rustc | 1 |\n| tool | 2 |\n\nReproduce: `x`\n\n## 1. One\n\ntext\n\n## 3. Three\n\nmore\n\n## Goals\n\n- one: **met**\n- three: **met**\n"
+        );
+        assert!(assemble("no goals here", &[]).is_err());
+    }
+}

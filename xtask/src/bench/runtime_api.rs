@@ -227,3 +227,94 @@ fn not_found(writer: &mut TcpStream) -> Result {
         .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
     Err("the function called an unknown runtime API route".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads one HTTP response with a `Content-Length` body; returns (head, body).
+    fn read_answer(reader: &mut BufReader<TcpStream>) -> (String, String) {
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        let headers = read_headers(reader).unwrap();
+        let len: usize = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap();
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body).unwrap();
+        let head = std::iter::once(status.trim().to_string())
+            .chain(headers.iter().map(|(n, v)| format!("{n}: {v}")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        (head, String::from_utf8(body).unwrap())
+    }
+
+    /// Plays a runtime on one keep-alive connection: poll, answer, poll again, report an error
+    /// with a chunked body; the emulator must hand each step over in order.
+    #[test]
+    fn serves_a_poll_a_response_and_an_error() {
+        let api = RuntimeApi::start().unwrap();
+        let address = api.address.clone();
+        let runtime = thread::spawn(move || {
+            let stream = TcpStream::connect(&address).unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut reader = BufReader::new(stream);
+            let next = "GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: x\r\n\r\n";
+            writer.write_all(next.as_bytes()).unwrap();
+            let (head, event) = read_answer(&mut reader);
+            let body = format!("{{\"echo\":{event}}}");
+            write!(
+                writer,
+                "POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let (accepted, _) = read_answer(&mut reader);
+            writer.write_all(next.as_bytes()).unwrap();
+            let (_, second) = read_answer(&mut reader);
+            writer
+                .write_all(
+                    b"POST /2018-06-01/runtime/invocation/req-2/error HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nboom\r\n0\r\n\r\n",
+                )
+                .unwrap();
+            read_answer(&mut reader);
+            (head, accepted, second)
+        });
+
+        let timeout = Duration::from_secs(10);
+        let Ok((_, Call::Poll(poll))) = api.next(timeout) else {
+            panic!("expected a poll first");
+        };
+        poll.deliver("req-1", r#"{"n":1}"#).unwrap();
+        match api.next(timeout).unwrap().1 {
+            Call::Response { id, body } => {
+                assert_eq!(
+                    (id.as_str(), body.as_slice()),
+                    ("req-1", &br#"{"echo":{"n":1}}"#[..])
+                )
+            }
+            _ => panic!("expected the response"),
+        }
+        let Ok((_, Call::Poll(poll))) = api.next(timeout) else {
+            panic!("expected a second poll");
+        };
+        poll.deliver("req-2", r#"{"n":2}"#).unwrap();
+        match api.next(timeout).unwrap().1 {
+            Call::Error { id, body } => {
+                assert_eq!((id.as_str(), body.as_slice()), ("req-2", &b"boom"[..]))
+            }
+            _ => panic!("expected the error"),
+        }
+        let (head, accepted, second) = runtime.join().unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.contains("lambda-runtime-aws-request-id: req-1"),
+            "{head}"
+        );
+        assert!(head.contains("lambda-runtime-deadline-ms: "), "{head}");
+        assert!(accepted.starts_with("HTTP/1.1 202"), "{accepted}");
+        assert_eq!(second, r#"{"n":2}"#);
+    }
+}
