@@ -9,7 +9,8 @@
 //! - `BENCH_N`: requests per measured phase (default 400);
 //! - `BENCH_PYTHON`, `BENCH_SCRIPT`: the venv's Python and `bench/powertools_transfer.py`;
 //! - `BENCH_REPORT`: where the Markdown report goes (none if unset);
-//! - `BENCH_MACHINE_*`: versions xtask knows (rustc, DynamoDB Local, profile, command).
+//! - `BENCH_MACHINE_*`: versions xtask knows (rustc, DynamoDB Local, profile, command);
+//! - `BENCH_ORDER`: how the run went, when xtask runs more parts than this driver's.
 //!
 //! Everything in the report comes from this run: nothing is typed in by hand.
 
@@ -468,10 +469,13 @@ fn report(
     let _ = writeln!(
         w,
         "Written by `cargo xtask bench` on {date}: every number below comes from that one run, \
-         on one DynamoDB Local, in the order part 1 (Tollgate, then Powertools), then part 2. \
-         Latencies are per request, measured by the caller around the whole operation, in \
+         {}. Latencies are per request, measured by the caller around the whole operation, in \
          milliseconds; medians and ratios matter, not absolute times (DynamoDB Local on a \
-         shared machine is not DynamoDB).\n"
+         shared machine is not DynamoDB).\n",
+        env_or(
+            "BENCH_ORDER",
+            "on one DynamoDB Local, in the order part 1 (Tollgate, then Powertools), then part 2"
+        )
     );
     let _ = writeln!(w, "## Machine and versions\n");
     let _ = writeln!(w, "| | |\n|---|---|");

@@ -52,10 +52,12 @@ Commands:
               admitted vs limit per key, DynamoDB requests per rejection
               with and without the block cache; the full run writes
               docs/drill.md (`drill --help` for more)
-  bench [--n <requests>] [--report <file.md>]
-              idempotency against Powertools for Python and the limiter
-              against a bare UpdateItem, on one DynamoDB Local; writes
-              docs/benchmarks.md (`bench --help` for more)
+  bench [--n <requests>] [--part <1-4>]... [--report <file.md>]
+              idempotency against Powertools for Python, the limiter
+              against a bare UpdateItem, the release binaries under a
+              runtime-API emulator (cold start, latency, memory, size), and
+              Schemathesis against openapi.yaml; writes docs/benchmarks.md
+              (`bench --help` for more)
   help        Show this text
 
 Environment:

@@ -70,13 +70,8 @@ impl Run {
                 format!("{env_prefix}_UPSTREAM"),
                 format!("http://127.0.0.1:{}", self.ddb_port),
             )
-            .env("TOLLGATE_STACK_FILE", &self.stack_file)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env_remove("AWS_SESSION_TOKEN")
-            .env_remove("AWS_PROFILE");
+            .env("TOLLGATE_STACK_FILE", &self.stack_file);
+        util::dummy_aws(&mut cmd);
         cmd
     }
 

@@ -131,22 +131,30 @@ pub fn dynamodb_local() -> Result<Dist> {
 pub fn python_tools() -> Result<PathBuf> {
     let venv = util::cache_dir()?.join("venv");
     let bin = venv.join("bin");
-    let python = bin.join("python3");
-    let pins: Vec<String> = PYTHON_TOOLS
+    // A venv whose executables are gone (a half-finished install) is installed again.
+    let complete = ["cargo-lambda", "cfn-lint", "sam"]
+        .iter()
+        .all(|exe| bin.join(exe).is_file());
+    if !complete {
+        let _ = fs::remove_file(venv.join(MARKER));
+    }
+    venv_with(&venv, PYTHON_TOOLS)?;
+    Ok(bin)
+}
+
+/// Makes `venv` a venv holding `packages` (name, exact version), unless its marker says it
+/// already does; returns its `python3`. The marker holds the whole spec, so adding a package
+/// (or changing a pin) makes an existing venv install it on the next run.
+pub fn venv_with(venv: &Path, packages: &[(&str, &str)]) -> Result<PathBuf> {
+    let python = venv.join("bin").join("python3");
+    let pins: Vec<String> = packages
         .iter()
         .map(|(name, version)| format!("{name}=={version}"))
         .collect();
     let spec = pins.join(" ");
-
-    // The marker holds the whole spec, so adding a package (or changing a
-    // pin) makes an existing venv install it on the next run.
-    let complete = python.is_file()
-        && ["cargo-lambda", "cfn-lint", "sam"]
-            .iter()
-            .all(|exe| bin.join(exe).is_file());
-    if complete && marker_matches(&venv, &spec) {
+    if python.is_file() && marker_matches(venv, &spec) {
         info(format!("{spec}: already installed"));
-        return Ok(bin);
+        return Ok(python);
     }
 
     check_python()?;
@@ -154,7 +162,7 @@ pub fn python_tools() -> Result<PathBuf> {
     // made from is gone, in which case `--clear` starts it afresh.
     if !python.is_file() {
         info(format!("creating venv {}", venv.display()));
-        util::run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).map_err(|e| {
+        util::run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(venv)).map_err(|e| {
             format!("{e}; on Debian/Ubuntu the venv module comes separately: apt-get install python3-venv")
         })?;
     }
@@ -171,8 +179,8 @@ pub fn python_tools() -> Result<PathBuf> {
             ])
             .args(&pins),
     )?;
-    write_marker(&venv, &spec)?;
-    Ok(bin)
+    write_marker(venv, &spec)?;
+    Ok(python)
 }
 
 fn marker_matches(dir: &Path, spec: &str) -> bool {

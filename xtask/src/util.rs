@@ -108,6 +108,37 @@ pub fn capture(cmd: &mut Command) -> Option<Output> {
     cmd.output().ok()
 }
 
+/// The first line a command prints (stdout, else stderr: `java -version` writes there), or
+/// "unknown" if it cannot run; for version strings.
+pub fn first_line(cmd: &mut Command) -> String {
+    capture(cmd)
+        .map(|o| {
+            let text = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
+            String::from_utf8_lossy(&text)
+                .lines()
+                .next()
+                .unwrap_or("unknown")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Dummy AWS credentials and region, with no lookup of real ones (profile, session token,
+/// instance metadata): what a local child process gets, so nothing real is ever sent.
+pub fn dummy_aws(cmd: &mut Command) {
+    cmd.env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE");
+}
+
 /// The command line, for messages.
 pub fn display(cmd: &Command) -> String {
     std::iter::once(cmd.get_program())

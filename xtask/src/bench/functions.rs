@@ -48,8 +48,9 @@ pub struct Binaries {
     pub transfer: PathBuf,
 }
 
-/// `cargo build --release` of both functions, for the host (Lambda runs them for arm64,
-/// built by `cargo lambda build --release --arm64`: same profile, other target).
+/// `cargo build --release` of both functions, for the host. Lambda runs them for arm64, built
+/// by `cargo lambda build --release --arm64` (same profile, other target); this machine's
+/// toolchain has no aarch64 standard library and cannot download one, so the host build it is.
 pub fn build() -> Result<Binaries> {
     let mut bins = util::cargo_build_bins(
         &["--release", "-p", "ephemeral-key", "-p", "transfer"],
@@ -536,7 +537,8 @@ fn report(figures: &[Figures], n: usize) -> Section {
         md,
         "Each function's `release` binary (thin LTO, codegen-units 1, symbols stripped; built for \
          this machine's x86_64 by `cargo build --release -p ephemeral-key -p transfer`, where a \
-         deploy builds the same profile for arm64 with `cargo lambda build --release --arm64`), \
+         deploy builds the same profile for arm64 with `cargo lambda build --release --arm64`, \
+         which this machine cannot: its toolchain has no aarch64 standard library), \
          started as Lambda starts a custom runtime: a clean environment with \
          `AWS_LAMBDA_RUNTIME_API` pointing at a minimal runtime-API emulator in xtask \
          (`xtask/src/bench/runtime_api.rs`), the template's settings (`RUST_LOG=info`, logs \

@@ -50,8 +50,6 @@ const PROFILE: &str = "bench-fast";
 const PYTHON_PACKAGES: &[(&str, &str)] =
     &[("aws-lambda-powertools", "3.37.0"), ("boto3", "1.44.8")];
 
-const MARKER: &str = ".tollgate-installed";
-
 /// A part's contribution to the report.
 pub struct Section {
     /// Markdown, starting with its `## n. …` heading.
@@ -138,34 +136,17 @@ pub fn run(args: &[String]) -> Result {
     let ddb = dynamodb_local::start(dist, &Storage::InMemory, None, &log)?;
     info(format!("{} (log: {})", ddb.endpoint, ddb.log.display()));
 
-    let first_line = |cmd: &mut Command| {
-        util::capture(cmd)
-            .map(|o| {
-                let text = if o.stdout.is_empty() {
-                    o.stderr
-                } else {
-                    o.stdout
-                };
-                String::from_utf8_lossy(&text)
-                    .lines()
-                    .next()
-                    .unwrap_or("unknown")
-                    .trim()
-                    .to_string()
-            })
-            .unwrap_or_else(|| "unknown".into())
-    };
-    let date = first_line(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]));
+    let date = util::first_line(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]));
     let mut sections = Vec::new();
 
     // Parts 1 and 2: the driver writes its sections (and the report's head) to a file of its own.
     let driver_report = util::cache_dir()?.join("logs").join("bench-driver.md");
     if let Some(python) = &python {
         step("bench: parts 1 and 2");
-        let rustc = first_line(
+        let rustc = util::first_line(
             Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into())).arg("-V"),
         );
-        let java = first_line(Command::new(crate::setup::java()).arg("-version"));
+        let java = util::first_line(Command::new(crate::setup::java()).arg("-version"));
         let ddb_version = dist.version().unwrap_or_else(|e| format!("unknown ({e})"));
         let mut command = "cargo xtask bench".to_string();
         if n != 400 {
@@ -197,6 +178,7 @@ pub fn run(args: &[String]) -> Result {
                     format!("{ddb_version} (in memory)"),
                 )
                 .env("BENCH_MACHINE_JAVA", java)
+                .env("BENCH_ORDER", order(&parts))
                 .env("BENCH_MACHINE_COMMAND", command),
         )?;
     }
@@ -234,16 +216,25 @@ pub fn run(args: &[String]) -> Result {
     Ok(())
 }
 
+/// How the run went, for the report's first paragraph.
+fn order(parts: &BTreeSet<u8>) -> String {
+    let mut order = String::from(
+        "on one DynamoDB Local, in the order part 1 (Tollgate, then Powertools), then part 2",
+    );
+    if parts.contains(&3) {
+        order.push_str(", then part 3");
+    }
+    if parts.contains(&4) {
+        order.push_str("; part 4 then ran on a local stack of its own");
+    }
+    order
+}
+
 /// Dummy credentials and the endpoint of our DynamoDB Local, nothing real.
 pub fn aws_env(mut cmd: Command, endpoint: &str) -> Command {
     cmd.env("DYNAMODB_ENDPOINT", endpoint)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env_remove("AWS_SESSION_TOKEN")
-        .env_remove("AWS_PROFILE");
+        .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint);
+    util::dummy_aws(&mut cmd);
     cmd
 }
 
@@ -301,40 +292,7 @@ fn fragments(sections: &[Section]) -> String {
 /// `<cache>/<name>`, a venv holding exactly `packages` (name, version), so pins never clash
 /// with the tools' venv or each other; returns its `python3`.
 pub fn venv(name: &str, packages: &[(&str, &str)]) -> Result<PathBuf> {
-    let venv = util::cache_dir()?.join(name);
-    let python = venv.join("bin").join("python3");
-    let pins: Vec<String> = packages
-        .iter()
-        .map(|(name, version)| format!("{name}=={version}"))
-        .collect();
-    let spec = pins.join(" ");
-    if python.is_file() && fs::read_to_string(venv.join(MARKER)).is_ok_and(|s| s.trim() == spec) {
-        info(format!("{spec}: already installed"));
-        return Ok(python);
-    }
-    if !python.is_file() {
-        info(format!("creating venv {}", venv.display()));
-        util::run(
-            Command::new("python3")
-                .args(["-m", "venv", "--clear"])
-                .arg(&venv),
-        )?;
-    }
-    info(format!("{spec}: installing"));
-    util::run(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "--quiet",
-            ])
-            .args(&pins),
-    )?;
-    fs::write(venv.join(MARKER), &spec)?;
-    Ok(python)
+    crate::setup::venv_with(&util::cache_dir()?.join(name), packages)
 }
 
 #[cfg(test)]
