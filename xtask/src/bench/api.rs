@@ -1107,7 +1107,7 @@ fn report(outcomes: &[Outcome], panics: usize, python_version: &str) -> Section 
             if function_5xx == 0 && panics == 0 && errors.is_empty() { "met" } else { "not met" }
         ),
         format!(
-            "- No response that breaks openapi.yaml's schema: **{}** ({} failure kinds among {} of Schemathesis' status, content-type, header, body, 405 and `Allow` checks)",
+            "- No response that breaks openapi.yaml's schema: **{}** ({} kinds of failure on a function's response among {} of Schemathesis' status, content-type, header, body, 405 and `Allow` checks{})",
             if schema.is_empty() { "met" } else { "not met" },
             schema.len(),
             outcomes
@@ -1115,7 +1115,12 @@ fn report(outcomes: &[Outcome], panics: usize, python_version: &str) -> Section 
                 .flat_map(|o| &o.checks)
                 .filter(|(n, _)| SCHEMA_CHECKS.contains(&n.as_str()))
                 .map(|(_, (e, _))| e)
-                .sum::<u64>()
+                .sum::<u64>(),
+            if emulator_5xx > 0 {
+                "; the content-type and header failures in the table above are those 500s of `cargo lambda watch`"
+            } else {
+                ""
+            }
         ),
     ];
     Section {
