@@ -941,7 +941,7 @@ fn report(st: &Settings, d: &Drill<'_>, on_time: Duration, total: Duration) -> S
     };
     if let (Some(on), Some(off)) = (client_cost("cache on"), client_cost("cache off")) {
         line(format!(
-            "Read this: a rejection by the `ip` layer costs one failing `UpdateItem` without the block cache and nothing with it. A rejection by the `client` layer is never free: the transfer function counts the `ip` layer in one limiter call before authentication and the `client` layer in a second one after it, so a request from a fresh address with a valid token whose client is full still increments its `ip` counter, then meets the full `client` key (cached or not), then gets that `ip` unit refunded: {on:.2} DynamoDB writes per rejection with the cache, {off:.2} without. An attacker holding one client token and many addresses makes the limiter write on every request."
+            "Read this: a rejection by the `ip` layer costs one failing `UpdateItem` without the block cache and nothing with it. A rejection by the `client` layer is never free: the transfer function counts the `ip` layer in one limiter call before authentication and the `client` layer in a second one after it, so a request from a fresh address with a valid token whose client is full still increments its `ip` counter, then meets the full `client` key (cached or not), then gets that `ip` unit refunded: {on:.2} DynamoDB requests per rejection with the cache, {off:.2} without (the table counts every request: a read of the client record or the kill switch when its cache expires lands in the same rows). An attacker holding one client token and many addresses makes the limiter write on every request."
         ));
         line(String::new());
     }
