@@ -19,10 +19,7 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
 
     pub fn text(&self) -> String {
@@ -76,22 +73,14 @@ fn read_response(mut reader: impl BufRead) -> Result<Response> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| format!("not an HTTP response: {:?}", status_line.trim()))?;
     let headers = read_headers(&mut reader)?;
-    let find = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    };
-    let body = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        read_chunked(&mut reader)?
-    } else if let Some(len) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        let mut body = vec![0; len];
-        reader.read_exact(&mut body)?;
-        body
-    } else {
-        let mut body = Vec::new();
-        reader.read_to_end(&mut body)?;
-        body
+    // Without a length the answer runs to the end of the connection (`Connection: close`).
+    let body = match read_body(&mut reader, &headers, usize::MAX)? {
+        Some(body) => body,
+        None => {
+            let mut body = Vec::new();
+            reader.read_to_end(&mut body)?;
+            body
+        }
     };
     Ok(Response {
         status,
@@ -121,7 +110,42 @@ pub fn read_headers(reader: &mut impl BufRead) -> Result<Vec<(String, String)>> 
     }
 }
 
-pub fn read_chunked(reader: &mut impl BufRead) -> Result<Vec<u8>> {
+/// A header's value in a list from [`read_headers`] (`name` lower-case).
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The `Content-Length`, if there is a valid one.
+pub fn content_length(headers: &[(String, String)]) -> Option<usize> {
+    header(headers, "content-length").and_then(|v| v.parse().ok())
+}
+
+/// The body as its headers frame it: chunked, else `Content-Length` bytes; `None` when
+/// neither says. More than `max` bytes is an error, found before they are all read.
+pub fn read_body(
+    reader: &mut impl BufRead,
+    headers: &[(String, String)],
+    max: usize,
+) -> Result<Option<Vec<u8>>> {
+    if header(headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        let body = read_chunked(reader, max)?;
+        return Ok(Some(body));
+    }
+    let Some(len) = content_length(headers) else {
+        return Ok(None);
+    };
+    if len > max {
+        return Err(format!("a body of more than {max} bytes").into());
+    }
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body)?;
+    Ok(Some(body))
+}
+
+fn read_chunked(reader: &mut impl BufRead, max: usize) -> Result<Vec<u8>> {
     let mut body = Vec::new();
     loop {
         let mut size_line = String::new();
@@ -135,6 +159,9 @@ pub fn read_chunked(reader: &mut impl BufRead) -> Result<Vec<u8>> {
             return Ok(body);
         }
         let start = body.len();
+        if size > max - start {
+            return Err(format!("a body of more than {max} bytes").into());
+        }
         body.resize(start + size, 0);
         reader.read_exact(&mut body[start..])?;
         let mut crlf = [0u8; 2];

@@ -14,14 +14,14 @@
 //! woken by a connection of its own when [`StandIn`] stops it; one request
 //! per connection (`Connection: close`; hyper's client handles that).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use crate::http::read_headers;
+use crate::http::{content_length, header, read_body, read_headers};
 use crate::json::{self, Value};
 use crate::util::{self, info, Result};
 
@@ -103,20 +103,10 @@ fn handle(stream: TcpStream, minted: &AtomicU64, verbose: bool) -> Result {
     let mut parts = request_line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let headers = read_headers(&mut reader)?;
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    };
-    let len: usize = header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    if len > MAX_BODY {
+    if content_length(&headers).unwrap_or(0) > MAX_BODY {
         return respond(stream, 413, &error_body("request body too large"));
     }
-    let mut body = vec![0; len];
-    reader.read_exact(&mut body)?;
+    let body = read_body(&mut reader, &headers, MAX_BODY)?.unwrap_or_default();
 
     let path = path.split('?').next().unwrap_or("");
     if path != PATH {
@@ -125,7 +115,7 @@ fn handle(stream: TcpStream, minted: &AtomicU64, verbose: bool) -> Result {
     if method != "POST" {
         return respond(stream, 405, &error_body("method not allowed"));
     }
-    let has_key = header("authorization")
+    let has_key = header(&headers, "authorization")
         .and_then(|v| v.strip_prefix("Bearer "))
         .is_some_and(|key| !key.trim().is_empty());
     if !has_key {

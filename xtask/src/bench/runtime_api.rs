@@ -13,7 +13,7 @@
 //! so a measured interval holds the function's work, loopback I/O and one thread hand-off, not
 //! the benchmark's bookkeeping. Plain std, like the rest of xtask.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::http::{read_chunked, read_headers};
+use crate::http::{read_body, read_headers};
 use crate::util::Result;
 
 const PREFIX: &str = "/2018-06-01/runtime";
@@ -145,26 +145,7 @@ fn serve(stream: TcpStream, tx: &Sender<(Instant, Call)>) -> Result {
             parts.next().unwrap_or("").to_string(),
         );
         let headers = read_headers(&mut reader)?;
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
-        };
-        let body = if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-        {
-            read_chunked(&mut reader)?
-        } else {
-            let len: usize = header("content-length")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            if len > MAX_BODY {
-                return Err(format!("a {len}-byte body is more than Lambda accepts").into());
-            }
-            let mut body = vec![0; len];
-            reader.read_exact(&mut body)?;
-            body
-        };
+        let body = read_body(&mut reader, &headers, MAX_BODY)?.unwrap_or_default();
         let read_at = Instant::now();
         let route = path.strip_prefix(PREFIX).unwrap_or("");
         match (method.as_str(), route) {
@@ -231,6 +212,7 @@ fn not_found(writer: &mut TcpStream) -> Result {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     /// Reads one HTTP response with a `Content-Length` body; returns (head, body).
     fn read_answer(reader: &mut BufReader<TcpStream>) -> (String, String) {
