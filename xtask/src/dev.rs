@@ -590,9 +590,32 @@ pub fn build_cli() -> Result<PathBuf> {
     Ok(bins.remove(0))
 }
 
-/// Runs the CLI with the stack's environment from the workspace root;
+/// What gives a CLI run its environment: the stack's [`Env`], or a caller's closure
+/// (`cargo xtask bench` seeds its own DynamoDB Local).
+pub trait CliEnv {
+    fn apply(&self, cmd: &mut Command);
+}
+
+impl CliEnv for Env {
+    fn apply(&self, cmd: &mut Command) {
+        Env::apply(self, cmd)
+    }
+}
+
+impl<F: Fn(&mut Command)> CliEnv for F {
+    fn apply(&self, cmd: &mut Command) {
+        self(cmd)
+    }
+}
+
+/// Runs the CLI with `env` from the workspace root;
 /// returns its stdout, or an error with its stderr.
-fn run_cli(cli: &Path, env: &Env, args: &[&str], more: &[&std::ffi::OsStr]) -> Result<String> {
+pub fn run_cli(
+    cli: &Path,
+    env: &impl CliEnv,
+    args: &[&str],
+    more: &[&std::ffi::OsStr],
+) -> Result<String> {
     let mut cmd = Command::new(cli);
     cmd.args(args).args(more);
     env.apply(&mut cmd);
@@ -613,7 +636,7 @@ fn run_cli(cli: &Path, env: &Env, args: &[&str], more: &[&std::ffi::OsStr]) -> R
 }
 
 /// `tollgate --json <args>` parsed.
-fn cli_json(cli: &Path, env: &Env, args: &[&str]) -> Result<Value> {
+pub fn cli_json(cli: &Path, env: &impl CliEnv, args: &[&str]) -> Result<Value> {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
     let out = run_cli(cli, env, &all, &[])?;
@@ -860,7 +883,7 @@ impl Drop for Echo {
 }
 
 /// Quotes a value for a POSIX shell.
-fn sh(value: &str) -> String {
+pub fn sh(value: &str) -> String {
     if !value.is_empty()
         && value
             .bytes()

@@ -509,27 +509,17 @@ fn schemathesis(cli: &Path, dir: &Path, hook: &Path, caller: &Caller) -> Result<
 /// Adds one finished scenario's calls, checks and failures.
 fn scenario(recorder: &Value, caller: &Caller, out: &mut Outcome) {
     let empty = BTreeMap::new();
-    let members = |v: Option<&Value>| match v {
-        Some(Value::Object(m)) => m.clone(),
-        _ => empty.clone(),
+    let members = |key: &str| match recorder.get(key) {
+        Some(Value::Object(m)) => m,
+        _ => &empty,
     };
-    let cases = members(recorder.get("cases"));
-    let interactions = members(recorder.get("interactions"));
-    for (id, interaction) in &interactions {
-        let value = cases.get(id).and_then(|c| c.get("value"));
-        let operation = match value {
-            Some(v) => format!(
-                "{} {}",
-                v.str_field("method").unwrap_or("?"),
-                v.str_field("path").unwrap_or("?")
-            ),
-            None => "?".into(),
-        };
-        let response = interaction.get("response").filter(|r| **r != Value::Null);
-        let status = response
-            .and_then(|r| r.get("status_code"))
-            .and_then(Value::as_u64)
-            .map(|s| s as u16);
+    let cases = members("cases");
+    let interactions = members("interactions");
+    for (id, interaction) in interactions {
+        let operation =
+            operation_of(cases.get(id).and_then(|c| c.get("value"))).unwrap_or_else(|| "?".into());
+        let response = response_of(Some(interaction));
+        let status = status_of(response);
         out.calls += 1;
         *out.statuses
             .entry(operation)
@@ -546,7 +536,7 @@ fn scenario(recorder: &Value, caller: &Caller, out: &mut Outcome) {
             }
         }
     }
-    for (id, checks) in members(recorder.get("checks")) {
+    for (id, checks) in members("checks") {
         for check in checks.as_array().unwrap_or_default() {
             let name = check.str_field("name").unwrap_or("?").to_string();
             let failed = check.str_field("status") == Some("failure");
@@ -561,15 +551,10 @@ fn scenario(recorder: &Value, caller: &Caller, out: &mut Outcome) {
                 .and_then(|f| f.get("failure"))
                 .cloned()
                 .unwrap_or(Value::Null);
-            let case = cases.get(&id).and_then(|c| c.get("value"));
-            let interaction = interactions.get(&id);
-            let response = interaction
-                .and_then(|i| i.get("response"))
-                .filter(|r| **r != Value::Null);
-            let status = response
-                .and_then(|r| r.get("status_code"))
-                .and_then(Value::as_u64)
-                .map(|s| s as u16);
+            let case = cases.get(id).and_then(|c| c.get("value"));
+            let interaction = interactions.get(id);
+            let response = response_of(interaction);
+            let status = status_of(response);
             let emulator = response.is_some_and(from_emulator);
             let problem = response
                 .and_then(|r| r.get("content"))
@@ -577,14 +562,7 @@ fn scenario(recorder: &Value, caller: &Caller, out: &mut Outcome) {
                 .and_then(base64)
                 .and_then(|b| json::parse(&String::from_utf8_lossy(&b)).ok())
                 .filter(|_| !emulator);
-            let operation = case
-                .map(|v| {
-                    format!(
-                        "{} {}",
-                        v.str_field("method").unwrap_or("?"),
-                        v.str_field("path").unwrap_or("?")
-                    )
-                })
+            let operation = operation_of(case)
                 .or_else(|| failure.str_field("operation").map(str::to_string))
                 .unwrap_or_else(|| "?".into());
             let title = format!(
@@ -640,6 +618,28 @@ fn scenario(recorder: &Value, caller: &Caller, out: &mut Outcome) {
             });
         }
     }
+}
+
+/// `METHOD /path` of a recorded case.
+fn operation_of(case: Option<&Value>) -> Option<String> {
+    let case = case?;
+    Some(format!(
+        "{} {}",
+        case.str_field("method").unwrap_or("?"),
+        case.str_field("path").unwrap_or("?")
+    ))
+}
+
+/// The response of a recorded interaction, if one came.
+fn response_of(interaction: Option<&Value>) -> Option<&Value> {
+    interaction?.get("response").filter(|r| **r != Value::Null)
+}
+
+fn status_of(response: Option<&Value>) -> Option<u16> {
+    response?
+        .get("status_code")
+        .and_then(Value::as_u64)
+        .map(|s| s as u16)
 }
 
 /// Whether `cargo lambda watch` answered without invoking a function: no `X-Request-Id`
@@ -715,11 +715,11 @@ fn curl(interaction: &Value, caller: &Caller) -> String {
     line
 }
 
-/// Quotes bytes for bash: plain single quotes when printable ASCII, else `$'…'` escapes.
+/// Quotes bytes for bash: as `cargo xtask dev` quotes when printable ASCII, else `$'…'`
+/// escapes.
 fn shell_quote(bytes: &[u8]) -> String {
     if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
-        let text = String::from_utf8_lossy(bytes);
-        return format!("'{}'", text.replace('\'', r"'\''"));
+        return dev::sh(&String::from_utf8_lossy(bytes));
     }
     let mut out = String::from("$'");
     for &b in bytes {

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use super::runtime_api::{Call, Poll, RuntimeApi};
 use super::Section;
 use crate::json::{self, Value};
-use crate::openai_standin;
 use crate::util::{self, info, Result};
+use crate::{dev, openai_standin};
 
 /// Fresh processes per function for the cold-start figures.
 const COLD_STARTS: usize = 15;
@@ -92,49 +92,41 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
     fs::create_dir_all(&logs)?;
 
     info("tables and a client with two accounts, through the operator CLI");
-    let cli = crate::dev::build_cli()?;
-    let cli_json = |args: &[&str]| -> Result<Value> {
-        let mut cmd = super::aws_env(Command::new(&cli), endpoint);
-        cmd.arg("--json")
-            .args(args)
-            .current_dir(util::workspace_root());
-        let out = cmd.output()?;
-        if !out.status.success() {
-            return Err(format!(
-                "`{}` failed: {}",
-                util::display(&cmd),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-            .into());
-        }
-        Ok(json::parse(String::from_utf8_lossy(&out.stdout).trim())?)
+    let cli = dev::build_cli()?;
+    let env = |cmd: &mut Command| {
+        super::aws_env(cmd, endpoint);
     };
-    let mut tables = super::aws_env(Command::new(&cli), endpoint);
-    tables
-        .args(["tables", "create", "--template", "template.yaml"])
-        .current_dir(util::workspace_root())
-        .stdout(Stdio::null());
-    util::run(&mut tables)?;
+    let template = util::workspace_root().join("template.yaml");
+    dev::run_cli(
+        &cli,
+        &env,
+        &["tables", "create", "--template"],
+        &[template.as_os_str()],
+    )?;
     let field = |v: &Value, key: &str| -> Result<String> {
         Ok(v.str_field(key)
             .ok_or_else(|| format!("the CLI's answer has no `{key}`"))?
             .to_string())
     };
-    let client = cli_json(&["clients", "create", "--name", "bench"])?;
+    let client = dev::cli_json(&cli, &env, &["clients", "create", "--name", "bench"])?;
     let token = field(&client, "token")?;
     let client_id = field(&client, "client_id")?;
     let mut accounts = Vec::new();
     for balance in ["1000000000000", "0"] {
-        let account = cli_json(&[
-            "accounts",
-            "create",
-            "--client",
-            &client_id,
-            "--balance",
-            balance,
-            "--currency",
-            "JPY",
-        ])?;
+        let account = dev::cli_json(
+            &cli,
+            &env,
+            &[
+                "accounts",
+                "create",
+                "--client",
+                &client_id,
+                "--balance",
+                balance,
+                "--currency",
+                "JPY",
+            ],
+        )?;
         accounts.push(field(&account, "account_id")?);
     }
     let standin = openai_standin::start(false)?;
@@ -161,79 +153,47 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
     };
 
     let auth = format!("Bearer {token}");
-    let (from, to) = (accounts[0].clone(), accounts[1].clone());
-    let transfer_body =
-        move |i: usize| format!(r#"{{"from":"{from}","to":"{to}","amount":1,"memo":"bench {i}"}}"#);
-    // Keys of the new transfers are `<run>-<phase>-<i>`; the duplicates replay the measured ones.
+    // The replay scenario sends the very requests the new-key scenario sent before it.
     let run_id = util::random_hex(4);
-    let new_transfer = {
-        let (auth, body, run_id) = (auth.clone(), transfer_body.clone(), run_id.clone());
-        move |phase: &'static str| -> Box<dyn Fn(usize) -> String> {
-            let (auth, body, run_id) = (auth.clone(), body.clone(), run_id.clone());
-            Box::new(move |i| {
+    let new_transfer = || new_transfer(&auth, &accounts[0], &accounts[1], &run_id);
+    let account = format!("/accounts/{}", accounts[0]);
+    let transfer_scenarios = vec![
+        Scenario {
+            name: "`POST /transfers`, new key",
+            expect: 201,
+            replayed: false,
+            event: new_transfer(),
+        },
+        Scenario {
+            name: "`POST /transfers`, same key and body again (replay)",
+            expect: 201,
+            replayed: true,
+            event: new_transfer(),
+        },
+        Scenario {
+            name: "`GET /accounts/{id}`",
+            expect: 200,
+            replayed: false,
+            event: Box::new(move |_| event("GET", &account, &[("authorization", &auth)], None)),
+        },
+        not_found(),
+    ];
+    let session_scenarios = vec![
+        Scenario {
+            name: "`POST /session` (upstream: the local stand-in)",
+            expect: 200,
+            replayed: false,
+            event: Box::new(|_| {
                 event(
                     "POST",
-                    "/transfers",
-                    &[
-                        ("authorization", &auth),
-                        ("idempotency-key", &format!("{run_id}-{phase}-{i}")),
-                        ("content-type", "application/json"),
-                    ],
-                    Some(&body(i)),
+                    "/session",
+                    &[("content-type", "application/json")],
+                    Some("{}"),
                 )
-            })
-        }
-    };
-    let transfer_scenarios = |phase: &'static str| -> Vec<Scenario> {
-        let account = accounts[0].clone();
-        let auth = auth.clone();
-        vec![
-            Scenario {
-                name: "`POST /transfers`, new key",
-                expect: 201,
-                replayed: false,
-                event: new_transfer(phase),
-            },
-            Scenario {
-                name: "`POST /transfers`, same key and body again (replay)",
-                expect: 201,
-                replayed: true,
-                event: new_transfer(phase),
-            },
-            Scenario {
-                name: "`GET /accounts/{id}`",
-                expect: 200,
-                replayed: false,
-                event: Box::new(move |_| {
-                    event(
-                        "GET",
-                        &format!("/accounts/{account}"),
-                        &[("authorization", &auth)],
-                        None,
-                    )
-                }),
-            },
-            not_found(),
-        ]
-    };
-    let session_scenarios = || -> Vec<Scenario> {
-        vec![
-            Scenario {
-                name: "`POST /session` (upstream: the local stand-in)",
-                expect: 200,
-                replayed: false,
-                event: Box::new(|_| {
-                    event(
-                        "POST",
-                        "/session",
-                        &[("content-type", "application/json")],
-                        Some("{}"),
-                    )
-                }),
-            },
-            not_found(),
-        ]
-    };
+            }),
+        },
+        not_found(),
+    ];
 
     let mut figures = Vec::new();
     for (name, binary, env, scenarios) in [
@@ -241,11 +201,14 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
             "ephemeral-key",
             &binaries.ephemeral_key,
             &session_env,
-            &session_scenarios as &dyn Fn() -> Vec<Scenario>,
+            &session_scenarios,
         ),
-        ("transfer", &binaries.transfer, &transfer_env, &|| {
-            transfer_scenarios("warm")
-        }),
+        (
+            "transfer",
+            &binaries.transfer,
+            &transfer_env,
+            &transfer_scenarios,
+        ),
     ] {
         let log = logs.join(format!("bench-{name}.log"));
         fs::write(&log, "")?;
@@ -257,14 +220,15 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
             log: &log,
         };
         info(format!("{name}: {COLD_STARTS} cold starts"));
-        let cold_scenario = scenarios().remove(0);
+        // Each function's first scenario is its typical request.
+        let cold_scenario = &scenarios[0];
         let mut init_ms = Vec::new();
         let mut first_ms = Vec::new();
         let mut cold_peak_kb = Vec::new();
         for i in 0..COLD_STARTS {
             let mut process = function.start()?;
             init_ms.push(ms(process.first_poll_at - process.spawned_at));
-            let latency = process.invoke(&cold_scenario, usize::MAX - i)?;
+            let latency = process.invoke(cold_scenario, usize::MAX - i)?;
             first_ms.push(latency);
             cold_peak_kb.push(process.peak_kb()?);
         }
@@ -273,13 +237,13 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
         ));
         let mut process = function.start()?;
         let mut warm = Vec::new();
-        for scenario in scenarios() {
+        for scenario in scenarios {
             for i in 0..WARM_UP {
-                process.invoke(&scenario, 1_000_000 + i)?;
+                process.invoke(scenario, 1_000_000 + i)?;
             }
             let mut lat = Vec::with_capacity(n);
             for i in 0..n {
-                lat.push(process.invoke(&scenario, i)?);
+                lat.push(process.invoke(scenario, i)?);
             }
             warm.push((scenario.name, lat));
         }
@@ -298,6 +262,31 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
     }
     drop(standin);
     Ok(report(&figures, n))
+}
+
+/// `POST /transfers` of 1 JPY from `from` to `to`: request `i` under key `<run_id>-<i>`, so
+/// sending `i` again is a replay.
+fn new_transfer(auth: &str, from: &str, to: &str, run_id: &str) -> Box<dyn Fn(usize) -> String> {
+    let (auth, from, to, run_id) = (
+        auth.to_string(),
+        from.to_string(),
+        to.to_string(),
+        run_id.to_string(),
+    );
+    Box::new(move |i| {
+        event(
+            "POST",
+            "/transfers",
+            &[
+                ("authorization", &auth),
+                ("idempotency-key", &format!("{run_id}-{i}")),
+                ("content-type", "application/json"),
+            ],
+            Some(&format!(
+                r#"{{"from":"{from}","to":"{to}","amount":1,"memo":"bench {i}"}}"#
+            )),
+        )
+    })
 }
 
 /// A `GET` of a route neither function has: the router's 404, which comes before the kill
@@ -386,8 +375,8 @@ impl Function<'_> {
         let api = RuntimeApi::start()?;
         let mut cmd = Command::new(self.binary);
         cmd.env_clear();
-        let mut cmd = super::aws_env(cmd, self.endpoint);
-        cmd.env("AWS_LAMBDA_RUNTIME_API", &api.address)
+        super::aws_env(&mut cmd, self.endpoint)
+            .env("AWS_LAMBDA_RUNTIME_API", &api.address)
             .env("AWS_LAMBDA_FUNCTION_NAME", self.name)
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
             .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")

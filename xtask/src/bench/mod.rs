@@ -153,8 +153,9 @@ pub fn run(args: &[String]) -> Result {
             command.push_str(&format!(" --n {n}"));
         }
         let _ = fs::remove_file(&driver_report);
+        let mut driver = cargo_bench();
         util::run(
-            aws_env(cargo_bench(), &ddb.endpoint)
+            aws_env(&mut driver, &ddb.endpoint)
                 .env("RUST_LOG", "off")
                 .env("BENCH_N", n.to_string())
                 .env("BENCH_PYTHON", python)
@@ -231,10 +232,10 @@ fn order(parts: &BTreeSet<u8>) -> String {
 }
 
 /// Dummy credentials and the endpoint of our DynamoDB Local, nothing real.
-pub fn aws_env(mut cmd: Command, endpoint: &str) -> Command {
+pub fn aws_env<'a>(cmd: &'a mut Command, endpoint: &str) -> &'a mut Command {
     cmd.env("DYNAMODB_ENDPOINT", endpoint)
         .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint);
-    util::dummy_aws(&mut cmd);
+    util::dummy_aws(cmd);
     cmd
 }
 
