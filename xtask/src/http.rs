@@ -185,4 +185,27 @@ mod tests {
         let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
         assert_eq!(read_response(&raw[..]).unwrap().text(), "abcde");
     }
+
+    #[test]
+    fn read_body_refuses_more_than_its_limit_in_either_framing() {
+        let framed = |head: &str, body: &[u8]| {
+            let mut reader = body;
+            let headers = read_headers(&mut head.as_bytes()).unwrap();
+            (
+                read_body(&mut reader, &headers, 4).map_err(|e| e.to_string()),
+                headers,
+            )
+        };
+        let (ok, _) = framed("Content-Length: 4\r\n\r\n", b"abcd");
+        assert_eq!(ok.unwrap(), Some(b"abcd".to_vec()));
+        let (long, _) = framed("Content-Length: 5\r\n\r\n", b"abcde");
+        assert!(long.unwrap_err().contains("more than 4 bytes"));
+        let (chunked, _) = framed(
+            "Transfer-Encoding: chunked\r\n\r\n",
+            b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        );
+        assert!(chunked.unwrap_err().contains("more than 4 bytes"));
+        let (none, headers) = framed("X-A: b\r\n\r\n", b"");
+        assert_eq!((none.unwrap(), header(&headers, "x-a")), (None, Some("b")));
+    }
 }
