@@ -335,3 +335,144 @@ async fn dropping_the_proxy_stops_listening() {
     let read = tokio::time::timeout(Duration::from_secs(5), kept.read(&mut byte)).await;
     assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
 }
+
+/// Each of DynamoDB's own errors, answered by the proxy, reaches the caller as the SDK's typed
+/// error for it: the failure branches of the code under test see what DynamoDB would give them.
+#[tokio::test]
+async fn dynamodb_errors_arrive_as_the_sdks_typed_errors() {
+    use tollgate_tests::fault_proxy::DynamoError;
+    let (proxy, ddb, counter, table) = setup().await;
+    let one_attempt = || {
+        aws_sdk_dynamodb::Config::builder()
+            .retry_config(RetryConfig::standard().with_max_attempts(1))
+    };
+    let transaction = |pk: &str| {
+        let put = |pk: String| {
+            TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(&table)
+                        .item("pk", s(&pk))
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+        };
+        ddb.transact_write_items()
+            .transact_items(put(format!("{pk}-first")))
+            .transact_items(put(format!("{pk}-second")))
+            .client_request_token(unique("tok"))
+            .customize()
+            .config_override(one_attempt())
+    };
+
+    // A conflict on the chosen item; the other item's reason is None.
+    proxy.arm(
+        "TransactWriteItems",
+        Fault::Error(DynamoError::TransactionConflict {
+            item: "c-second".into(),
+        }),
+    );
+    match transaction("c").send().await {
+        Err(SdkError::ServiceError(e)) => match e.err() {
+            TransactWriteItemsError::TransactionCanceledException(c) => {
+                let codes: Vec<_> = c
+                    .cancellation_reasons()
+                    .iter()
+                    .map(|r| r.code().unwrap_or("-"))
+                    .collect();
+                assert_eq!(codes, ["None", "TransactionConflict"]);
+            }
+            other => panic!("expected a cancellation, got {other:?}"),
+        },
+        other => panic!("expected a cancellation, got {other:?}"),
+    }
+
+    let cases: [(DynamoError, fn(&TransactWriteItemsError) -> bool); 5] = [
+        (DynamoError::TransactionInProgress, |e| {
+            matches!(
+                e,
+                TransactWriteItemsError::TransactionInProgressException(_)
+            )
+        }),
+        (DynamoError::IdempotentParameterMismatch, |e| {
+            matches!(
+                e,
+                TransactWriteItemsError::IdempotentParameterMismatchException(_)
+            )
+        }),
+        (DynamoError::ProvisionedThroughputExceeded, |e| {
+            matches!(
+                e,
+                TransactWriteItemsError::ProvisionedThroughputExceededException(_)
+            )
+        }),
+        (DynamoError::Throttling, |e| {
+            use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+            e.code() == Some("ThrottlingException")
+        }),
+        (DynamoError::InternalServerError, |e| {
+            matches!(e, TransactWriteItemsError::InternalServerError(_))
+        }),
+    ];
+    for (error, expected) in cases {
+        proxy.arm("TransactWriteItems", Fault::Error(error.clone()));
+        match transaction("x").send().await {
+            Err(SdkError::ServiceError(e)) => assert!(expected(e.err()), "{error:?}: {e:?}"),
+            other => panic!("{error:?}: expected a service error, got {other:?}"),
+        }
+    }
+    assert_eq!(count_items(&table, "x-first").await, 0, "nothing forwarded");
+    assert_eq!(count_items(&table, "c-first").await, 0, "nothing forwarded");
+
+    // With the SDK's own retries, throttling and 500s are retried on the same connection.
+    proxy.arm(
+        "PutItem",
+        Fault::Error(DynamoError::ProvisionedThroughputExceeded),
+    );
+    proxy.arm("PutItem", Fault::Error(DynamoError::Throttling));
+    counter.reset();
+    ddb.put_item()
+        .table_name(&table)
+        .item("pk", s("retried"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(counter.get("PutItem"), 3);
+    assert_eq!(count_items(&table, "retried").await, 1);
+}
+
+/// A fault can be aimed at one item, and armed until disarmed; bodies can be recorded.
+#[tokio::test]
+async fn faults_aimed_at_an_item_and_armed_until_disarmed() {
+    let (proxy, ddb, _, table) = setup().await;
+    let no_retry = || {
+        aws_sdk_dynamodb::Config::builder()
+            .retry_config(RetryConfig::standard().with_max_attempts(1))
+    };
+    let put = |pk: &'static str| {
+        ddb.put_item()
+            .table_name(&table)
+            .item("pk", s(pk))
+            .customize()
+            .config_override(no_retry())
+    };
+    proxy.record("PutItem");
+    proxy.arm_when("PutItem", "\"target\"", Fault::ServerError);
+    put("bystander").send().await.unwrap();
+    assert!(put("target").send().await.is_err());
+    put("target").send().await.unwrap();
+    assert_eq!(proxy.fired(), 1);
+
+    proxy.arm_always("PutItem", Fault::ServerError);
+    for _ in 0..3 {
+        assert!(put("again").send().await.is_err());
+    }
+    proxy.disarm("PutItem");
+    put("again").send().await.unwrap();
+    assert_eq!(proxy.fired(), 4);
+    let bodies = proxy.bodies("PutItem");
+    assert_eq!(bodies.len(), 7);
+    assert!(String::from_utf8_lossy(&bodies[1]).contains("\"target\""));
+    assert_eq!(bodies[1], bodies[2], "the same request, byte for byte");
+}

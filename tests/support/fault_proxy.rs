@@ -3,8 +3,11 @@
 //! DynamoDB's hard cases are not errors DynamoDB returns but answers that never arrive: a write
 //! that committed while its response was lost looks, to the caller, exactly like a write that
 //! never happened. DynamoDB Local never loses anything, so this proxy does it on demand: tests arm
-//! one-shot [`Fault`]s per operation (the part after the `.` in `x-amz-target`) and point the SDK
-//! at [`FaultProxy::endpoint`].
+//! [`Fault`]s per operation (the part after the `.` in `x-amz-target`), once or until disarmed,
+//! for any request or only for one whose body names a chosen item, and point the SDK at
+//! [`FaultProxy::endpoint`]. DynamoDB Local also never conflicts, throttles or fails, so the
+//! proxy answers with DynamoDB's own error bodies ([`DynamoError`]) on demand: the SDK parses
+//! them exactly as it parses DynamoDB's.
 //!
 //! Connections: the client side keeps alive (the SDK's pool reuses a connection for many
 //! requests), but every forwarded request gets a *fresh upstream connection* that is closed after
@@ -18,7 +21,7 @@
 //! is parsed, to know where a message ends. `Expect: 100-continue` is not supported: the SDK does
 //! not send it for DynamoDB's small JSON bodies.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +40,7 @@ const IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// A message head larger than this is not DynamoDB traffic.
 const MAX_HEAD: usize = 64 * 1024;
 
-/// A one-shot fault, fired by the next request for the operation it was armed for.
+/// A fault, fired by a request for the operation it was armed for.
 #[derive(Debug, Clone)]
 pub enum Fault {
     /// Forward the request, let DynamoDB commit it, read the full response, then close the
@@ -46,10 +49,53 @@ pub enum Fault {
     /// Close the client connection without forwarding: nothing is committed.
     DropRequest,
     /// Answer 500 with a DynamoDB-style `InternalServerError` body without forwarding. The client
-    /// connection stays open.
+    /// connection stays open. (The same as `Error(DynamoError::InternalServerError)`.)
     ServerError,
     /// Forward after a delay.
     Delay(Duration),
+    /// Answer with one of DynamoDB's own errors, as DynamoDB sends it (JSON protocol: status,
+    /// `x-amzn-requestid`, a body with `__type` and a message), without forwarding: nothing is
+    /// committed. The client connection stays open.
+    Error(DynamoError),
+}
+
+/// DynamoDB's own error answers, which DynamoDB Local never gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DynamoError {
+    /// `TransactionCanceledException` whose reason for the transaction item that contains
+    /// `item` (an account id, an idempotency record's key) is `TransactionConflict`, and `None`
+    /// for every other item. Fired by a request with no such item it answers a plain 500: a test
+    /// that names an item the transaction does not have is wrong.
+    TransactionConflict { item: String },
+    /// `TransactionInProgressException`: a transaction with the same token is being applied.
+    TransactionInProgress,
+    /// `IdempotentParameterMismatchException`: the token was used with other parameters.
+    IdempotentParameterMismatch,
+    /// `ProvisionedThroughputExceededException` (400).
+    ProvisionedThroughputExceeded,
+    /// `ThrottlingException` (400).
+    Throttling,
+    /// `InternalServerError` (500).
+    InternalServerError,
+}
+
+/// An armed fault and the requests it fires for.
+#[derive(Debug, Clone)]
+struct Rule {
+    fault: Fault,
+    /// Fires only for a request whose body contains this text.
+    body_contains: Option<String>,
+    /// Requests left to fire for; `None`: every request until disarmed.
+    remaining: Option<usize>,
+}
+
+impl Rule {
+    fn matches(&self, body: &[u8]) -> bool {
+        match &self.body_contains {
+            None => true,
+            Some(needle) => find(body, needle.as_bytes(), 0).is_some(),
+        }
+    }
 }
 
 /// A running proxy; dropping it stops the accept loop and every connection it serves.
@@ -61,21 +107,34 @@ pub struct FaultProxy {
 
 #[derive(Default)]
 struct State {
-    armed: Mutex<HashMap<String, VecDeque<Fault>>>,
+    armed: Mutex<HashMap<String, Vec<Rule>>>,
     seen: Mutex<HashMap<String, usize>>,
+    /// Operations whose request bodies are kept, and the bodies.
+    recorded: Mutex<HashMap<String, Vec<Vec<u8>>>>,
     fired: AtomicUsize,
 }
 
 impl State {
-    /// Counts a request for `op` and takes the fault it fires, if one is armed. A fault counts as
-    /// fired when taken: what it does next cannot fail in a way that un-fires it.
-    fn on_request(&self, op: &str) -> Option<Fault> {
+    /// Counts a request for `op` and takes the fault it fires, if one is armed: the first rule,
+    /// in the order armed, that matches the body. A fault counts as fired when taken: what it
+    /// does next cannot fail in a way that un-fires it.
+    fn on_request(&self, op: &str, body: &[u8]) -> Option<Fault> {
         *self.seen.lock().unwrap().entry(op.to_string()).or_default() += 1;
-        let fault = self.armed.lock().unwrap().get_mut(op)?.pop_front();
-        if fault.is_some() {
-            self.fired.fetch_add(1, Ordering::SeqCst);
+        if let Some(bodies) = self.recorded.lock().unwrap().get_mut(op) {
+            bodies.push(body.to_vec());
         }
-        fault
+        let mut armed = self.armed.lock().unwrap();
+        let rules = armed.get_mut(op)?;
+        let i = rules.iter().position(|r| r.matches(body))?;
+        let fault = rules[i].fault.clone();
+        if let Some(left) = &mut rules[i].remaining {
+            *left -= 1;
+            if *left == 0 {
+                rules.remove(i);
+            }
+        }
+        self.fired.fetch_add(1, Ordering::SeqCst);
+        Some(fault)
     }
 }
 
@@ -106,11 +165,65 @@ impl FaultProxy {
     /// Arms a one-shot fault for the next request for `operation` (e.g. `PutItem`). Faults armed
     /// for the same operation fire in the order they were armed, one per request.
     pub fn arm(&self, operation: &str, fault: Fault) {
-        let mut armed = self.state.armed.lock().unwrap();
-        armed
-            .entry(operation.to_string())
+        self.push(operation, fault, None, Some(1));
+    }
+
+    /// Arms a one-shot fault for the next request for `operation` whose body contains `text` (an
+    /// item's key, an expression value): the fault hits a chosen item, not whatever request for
+    /// the operation happens to come next.
+    pub fn arm_when(&self, operation: &str, text: &str, fault: Fault) {
+        self.push(operation, fault, Some(text.to_string()), Some(1));
+    }
+
+    /// Arms `fault` for every request for `operation` until [`Self::disarm`].
+    pub fn arm_always(&self, operation: &str, fault: Fault) {
+        self.push(operation, fault, None, None);
+    }
+
+    /// Arms `fault` for every request for `operation` whose body contains `text`, until
+    /// [`Self::disarm`].
+    pub fn arm_always_when(&self, operation: &str, text: &str, fault: Fault) {
+        self.push(operation, fault, Some(text.to_string()), None);
+    }
+
+    /// Removes every fault armed for `operation`, whether it fired or not.
+    pub fn disarm(&self, operation: &str) {
+        self.state.armed.lock().unwrap().remove(operation);
+    }
+
+    fn push(&self, op: &str, fault: Fault, body_contains: Option<String>, times: Option<usize>) {
+        self.state
+            .armed
+            .lock()
+            .unwrap()
+            .entry(op.to_string())
             .or_default()
-            .push_back(fault);
+            .push(Rule {
+                fault,
+                body_contains,
+                remaining: times,
+            });
+    }
+
+    /// Keeps the body of every later request for `operation`, for [`Self::bodies`].
+    pub fn record(&self, operation: &str) {
+        self.state
+            .recorded
+            .lock()
+            .unwrap()
+            .entry(operation.to_string())
+            .or_default();
+    }
+
+    /// The bodies of the requests for `operation` since [`Self::record`], in arrival order.
+    pub fn bodies(&self, operation: &str) -> Vec<Vec<u8>> {
+        self.state
+            .recorded
+            .lock()
+            .unwrap()
+            .get(operation)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Requests for `operation` that reached the proxy, faulted ones included.
@@ -162,22 +275,28 @@ async fn accept_loop(listener: TcpListener, upstream: String, state: Arc<State>)
 /// drops it, or either side asks for `connection: close`.
 async fn serve(mut client: Peer, upstream: &str, state: &State) -> io::Result<()> {
     while let Some(req) = client.read_message(IDLE_TIMEOUT, false).await? {
-        let fault = state.on_request(req.operation());
+        let fault = state.on_request(req.operation(), req.body());
+        let answer = match &fault {
+            Some(Fault::ServerError) => Some(dynamo_error(
+                &DynamoError::InternalServerError,
+                req.operation(),
+                req.body(),
+            )),
+            Some(Fault::Error(e)) => Some(dynamo_error(e, req.operation(), req.body())),
+            _ => None,
+        };
+        if let Some(answer) = answer {
+            client.stream.write_all(&answer).await?;
+            if req.close {
+                return Ok(());
+            }
+            continue;
+        }
         match fault {
             // Returning drops the stream: the client sees the connection close.
             Some(Fault::DropRequest) => return Ok(()),
-            Some(Fault::ServerError) => {
-                client
-                    .stream
-                    .write_all(&server_error(req.operation()))
-                    .await?;
-                if req.close {
-                    return Ok(());
-                }
-                continue;
-            }
             Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
-            Some(Fault::DropResponseAfterCommit) | None => {}
+            _ => {}
         }
         let resp = match forward(upstream, &req.raw).await {
             Ok(resp) => resp,
@@ -213,24 +332,88 @@ async fn forward(upstream: &str, raw: &[u8]) -> io::Result<Message> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed before responding"))
 }
 
-fn server_error(operation: &str) -> Vec<u8> {
-    let body = serde_json::json!({
-        "__type": "com.amazonaws.dynamodb.v20120810#InternalServerError",
-        "message": format!("fault proxy: injected server error for {operation}"),
-    });
-    response(500, "application/x-amz-json-1.0", &body.to_string())
+/// One of DynamoDB's own error answers to a request for `operation` with `body`.
+fn dynamo_error(error: &DynamoError, operation: &str, body: &[u8]) -> Vec<u8> {
+    use serde_json::{json, Value};
+    const DDB: &str = "com.amazonaws.dynamodb.v20120810#";
+    let (status, kind, mut fields) = match error {
+        DynamoError::TransactionConflict { item } => {
+            let items = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v["TransactItems"].as_array().cloned())
+                .unwrap_or_default();
+            let Some(hit) = items
+                .iter()
+                .position(|i| i.to_string().contains(item.as_str()))
+            else {
+                let text = format!("fault proxy: no transaction item contains {item:?}");
+                return response(500, "text/plain", &text);
+            };
+            let code = |i: usize| match i == hit {
+                true => "TransactionConflict",
+                false => "None",
+            };
+            let reasons: Vec<Value> = (0..items.len())
+                .map(|i| match i == hit {
+                    true => {
+                        json!({"Code": code(i), "Message": "Transaction is ongoing for the item"})
+                    }
+                    false => json!({"Code": code(i)}),
+                })
+                .collect();
+            let codes: Vec<&str> = (0..items.len()).map(code).collect();
+            let message = format!(
+                "Transaction cancelled, please refer cancellation reasons for specific reasons [{}]",
+                codes.join(", ")
+            );
+            (
+                400,
+                format!("{DDB}TransactionCanceledException"),
+                json!({"Message": message, "CancellationReasons": reasons}),
+            )
+        }
+        DynamoError::TransactionInProgress => (
+            400,
+            format!("{DDB}TransactionInProgressException"),
+            json!({"message": "Transaction is in progress"}),
+        ),
+        DynamoError::IdempotentParameterMismatch => (
+            400,
+            format!("{DDB}IdempotentParameterMismatchException"),
+            json!({"message": "Request parameters do not match the original request for this token"}),
+        ),
+        DynamoError::ProvisionedThroughputExceeded => (
+            400,
+            format!("{DDB}ProvisionedThroughputExceededException"),
+            json!({"message": "The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API."}),
+        ),
+        DynamoError::Throttling => (
+            400,
+            "com.amazon.coral.availability#ThrottlingException".to_string(),
+            json!({"message": "Throughput exceeds the current capacity of your table or index."}),
+        ),
+        DynamoError::InternalServerError => (
+            500,
+            format!("{DDB}InternalServerError"),
+            json!({"message": format!("fault proxy: injected server error for {operation}")}),
+        ),
+    };
+    fields["__type"] = Value::from(kind);
+    response(status, "application/x-amz-json-1.0", &fields.to_string())
 }
 
 /// A response of the proxy's own. A 502 closes the connection after it (the proxy gives up on
-/// it); an injected 500 keeps it alive, as DynamoDB's own 500s do.
+/// it); an injected DynamoDB error (400 or 500) keeps it alive, as DynamoDB's own errors do.
 fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
-    let (reason, connection) = if status == 500 {
-        ("Internal Server Error", "keep-alive")
-    } else {
-        ("Bad Gateway", "close")
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let (reason, connection) = match status {
+        400 => ("Bad Request", "keep-alive"),
+        500 => ("Internal Server Error", "keep-alive"),
+        _ => ("Bad Gateway", "close"),
     };
+    let request_id = N.fetch_add(1, Ordering::Relaxed);
     format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: {connection}\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\nx-amzn-requestid: FAULTPROXY{request_id:010}\r\ncontent-length: {}\r\nconnection: {connection}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
@@ -239,6 +422,8 @@ fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
 /// One complete HTTP/1.1 message, as received.
 struct Message {
     raw: Vec<u8>,
+    /// Where the body starts in `raw`.
+    body_start: usize,
     /// The `x-amz-target` header, if any.
     target: Option<String>,
     /// The sender will not send another message on this connection.
@@ -246,6 +431,11 @@ struct Message {
 }
 
 impl Message {
+    /// The body as sent (chunk framing included, if any: tests only look for text in it).
+    fn body(&self) -> &[u8] {
+        &self.raw[self.body_start..]
+    }
+
     /// `DynamoDB_20120810.PutItem` → `PutItem`.
     fn operation(&self) -> &str {
         match &self.target {
@@ -350,6 +540,7 @@ impl Peer {
         let raw = self.buf.drain(..end).collect();
         Ok(Some(Message {
             raw,
+            body_start: head_end,
             target: header("x-amz-target"),
             close,
         }))
