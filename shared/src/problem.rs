@@ -48,6 +48,10 @@ pub enum ApiError {
     RateLimited(Decision),
     #[error("temporarily unavailable")]
     Unavailable { retry_after: u64 },
+    /// A write may or may not have been applied and the store cannot say which: the client must
+    /// retry with the same idempotency key (which gets it the outcome), never a new one.
+    #[error("outcome unknown")]
+    OutcomeUnknown { retry_after: u64 },
     #[error("account not found")]
     AccountNotFound,
     #[error("transfer not found")]
@@ -56,6 +60,9 @@ pub enum ApiError {
     InsufficientFunds,
     #[error("currency mismatch")]
     CurrencyMismatch,
+    /// The credit would take the receiving account past the largest balance it may hold.
+    #[error("balance limit exceeded")]
+    BalanceLimitExceeded,
     /// The idempotency key was used before with a different canonical body.
     #[error("idempotency key reused")]
     IdempotencyKeyReused,
@@ -144,6 +151,12 @@ impl ApiError {
                 "Temporarily unavailable",
                 format!("The service is temporarily unavailable. Retry after {retry_after} seconds."),
             ),
+            ApiError::OutcomeUnknown { retry_after } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "Temporarily unavailable",
+                format!("The outcome of this request is unknown: it may or may not have been applied. Retry after {retry_after} seconds with the same Idempotency-Key, never a new one: the retry gets the outcome."),
+            ),
             ApiError::AccountNotFound => (
                 StatusCode::NOT_FOUND,
                 "account_not_found",
@@ -167,6 +180,12 @@ impl ApiError {
                 "currency_mismatch",
                 "Currency mismatch",
                 "The two accounts hold different currencies.".into(),
+            ),
+            ApiError::BalanceLimitExceeded => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "balance_limit_exceeded",
+                "Balance limit exceeded",
+                "The transfer would take the to account past the largest balance an account may hold.".into(),
             ),
             ApiError::IdempotencyKeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -193,9 +212,9 @@ impl ApiError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             ApiError::RateLimited(d) => Some(d.retry_after_secs()),
-            ApiError::Unavailable { retry_after } | ApiError::RequestInProgress { retry_after } => {
-                Some((*retry_after).max(1))
-            }
+            ApiError::Unavailable { retry_after }
+            | ApiError::OutcomeUnknown { retry_after }
+            | ApiError::RequestInProgress { retry_after } => Some((*retry_after).max(1)),
             _ => None,
         }
     }

@@ -388,7 +388,8 @@ async fn dynamodb_errors_arrive_as_the_sdks_typed_errors() {
         other => panic!("expected a cancellation, got {other:?}"),
     }
 
-    let cases: [(DynamoError, fn(&TransactWriteItemsError) -> bool); 5] = [
+    type Expected = fn(&TransactWriteItemsError) -> bool;
+    let cases: [(DynamoError, Expected); 5] = [
         (DynamoError::TransactionInProgress, |e| {
             matches!(
                 e,

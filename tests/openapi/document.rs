@@ -204,10 +204,12 @@ fn every_api_error() -> Vec<ApiError> {
         ApiError::PayloadTooLarge { limit: 16_384 },
         ApiError::RateLimited(decision),
         ApiError::Unavailable { retry_after: 0 },
+        ApiError::OutcomeUnknown { retry_after: 1 },
         ApiError::AccountNotFound,
         ApiError::TransferNotFound,
         ApiError::InsufficientFunds,
         ApiError::CurrencyMismatch,
+        ApiError::BalanceLimitExceeded,
         ApiError::IdempotencyKeyReused,
         ApiError::RequestInProgress { retry_after: 3 },
         ApiError::Internal,
@@ -224,10 +226,12 @@ fn every_api_error() -> Vec<ApiError> {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::RateLimited(_)
             | ApiError::Unavailable { .. }
+            | ApiError::OutcomeUnknown { .. }
             | ApiError::AccountNotFound
             | ApiError::TransferNotFound
             | ApiError::InsufficientFunds
             | ApiError::CurrencyMismatch
+            | ApiError::BalanceLimitExceeded
             | ApiError::IdempotencyKeyReused
             | ApiError::RequestInProgress { .. }
             | ApiError::Internal => {}

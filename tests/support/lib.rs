@@ -28,6 +28,29 @@ pub fn manual_clock() -> (ManualClock, SharedClock) {
     (clock.clone(), Arc::new(clock))
 }
 
+/// A clock that moves on by `step_ms` every time it is read, over a [`ManualClock`] the test
+/// can still move by hand: code that reads "now" twice sees two times, as it would in production
+/// when an attempt is resent a little later.
+#[derive(Debug, Clone)]
+pub struct TickingClock {
+    pub manual: ManualClock,
+    step_ms: u64,
+}
+
+impl TickingClock {
+    pub fn new(manual: ManualClock, step_ms: u64) -> Self {
+        Self { manual, step_ms }
+    }
+}
+
+impl tollgate::clock::Clock for TickingClock {
+    fn now_ms(&self) -> tollgate::clock::UnixMillis {
+        self.manual
+            .advance(std::time::Duration::from_millis(self.step_ms));
+        self.manual.now_ms()
+    }
+}
+
 /// The response body as JSON.
 pub fn json_body(resp: &lambda_http::Response<lambda_http::Body>) -> serde_json::Value {
     serde_json::from_slice(resp.body().as_ref()).unwrap_or_else(|e| {

@@ -44,9 +44,20 @@ impl TransferHarness {
         counter: RequestCounter,
         extra: &[(&str, &str)],
     ) -> Self {
+        let (clock, shared) = manual_clock();
+        Self::build_with_clock(ddb, counter, extra, clock, shared).await
+    }
+
+    /// As [`Self::build`], with the function reading time from `shared` (which `clock` moves).
+    pub async fn build_with_clock(
+        ddb: aws_sdk_dynamodb::Client,
+        counter: RequestCounter,
+        extra: &[(&str, &str)],
+        clock: ManualClock,
+        shared: tollgate::clock::SharedClock,
+    ) -> Self {
         let (direct, _) = dynamo::client();
         let tables = Tables::create(&direct).await;
-        let (clock, shared) = manual_clock();
         let mut env = Env::from_pairs(tables.env_pairs());
         env.set("TRANSFER_RATE_LIMITS", "ip=100000/1m,client=100000/1m");
         for (k, v) in extra {

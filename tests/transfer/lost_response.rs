@@ -76,15 +76,15 @@ async fn a_failing_store_gives_503_and_leaves_the_key_free() {
     let alice = h.client("alice").await;
     let a = h.account(&alice, 1_000, "JPY").await;
     let b = h.account(&alice, 0, "JPY").await;
-    // More 500s than the SDK has attempts: the request fails as a whole.
-    for _ in 0..3 {
-        proxy.arm("TransactWriteItems", Fault::ServerError);
-    }
+    // A 500 on every attempt: the request fails as a whole (and the ledger's read of the key's
+    // record says nothing committed).
+    proxy.arm_always("TransactWriteItems", Fault::ServerError);
     let body = TransferHarness::body(&a, &b, 40);
     let failed = h.send(h.post(&alice, "k-5xx", &body)).await;
     assert_eq!(failed.status(), 503, "{:?}", json_body(&failed));
     assert!(failed.headers().contains_key("retry-after"));
-    assert_eq!(proxy.fired(), 3);
+    assert_eq!(proxy.fired(), 6, "the ledger's six attempts");
+    proxy.disarm("TransactWriteItems");
     assert_eq!(
         h.count(&h.tables.idempotency).await,
         0,

@@ -1,6 +1,7 @@
 //! The transfer function against DynamoDB Local: retries never move money twice.
 
 mod concurrency;
+mod failures;
 mod lost_response;
 mod reads;
 mod refusals;

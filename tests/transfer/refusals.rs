@@ -15,7 +15,8 @@ async fn insufficient_funds_is_stored_and_still_replayed_after_a_deposit() {
     assert_eq!(json_body(&first)["code"], "insufficient_funds");
     assert_eq!(first.headers()["content-type"], "application/problem+json");
 
-    h.app.ledger.deposit(&a, 1_000).await.unwrap();
+    let token = tollgate::ids::new_id("dep");
+    h.app.ledger.deposit(&a, 1_000, &token).await.unwrap();
     let replay = h.send(h.post(&alice, "k-402", &body)).await;
     assert_eq!(replay.status(), 402);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
@@ -118,4 +119,29 @@ async fn missing_and_unknown_tokens_get_401_and_are_counted_by_address() {
         );
     }
     assert_eq!(statuses, [vec![401; 5], vec![429; 3]].concat());
+}
+
+/// The credit keeps `balance + amount <= MAX_BALANCE`: a transfer that would take `to` past it
+/// is refused with 422 `balance_limit_exceeded`, stored and replayed like the other refusals.
+#[tokio::test]
+async fn a_credit_past_the_balance_ceiling_is_refused_stored_and_replayed() {
+    let h = TransferHarness::new().await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 1_000, "JPY").await;
+    let full = transfer::ledger::MAX_BALANCE - 5;
+    let b = h.account(&alice, full, "JPY").await;
+    let body = TransferHarness::body(&a, &b, 10);
+    let first = h.send(h.post(&alice, "k-ceiling", &body)).await;
+    assert_eq!(first.status(), 422, "{:?}", json_body(&first));
+    assert_eq!(json_body(&first)["code"], "balance_limit_exceeded");
+    let replay = h.send(h.post(&alice, "k-ceiling", &body)).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.body().as_ref(), first.body().as_ref());
+    assert_eq!((h.balance(&a).await, h.balance(&b).await), (1_000, full));
+
+    // Up to the ceiling exactly is fine.
+    let to_the_top = TransferHarness::body(&a, &b, 5);
+    let done = h.send(h.post(&alice, "k-ceiling-5", &to_the_top)).await;
+    assert_eq!(done.status(), 201);
+    assert_eq!(h.balance(&b).await, transfer::ledger::MAX_BALANCE);
 }

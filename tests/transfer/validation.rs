@@ -100,3 +100,37 @@ async fn every_bad_input_is_refused_and_writes_nothing() {
     assert_eq!(h.count(&h.tables.transfers).await, 0);
     assert_eq!((h.balance(&a).await, h.balance(&b).await), (1_000, 0));
 }
+
+/// RFC 8785 numbers are IEEE doubles: above 2^53 two amounts can canonicalise to the same bytes,
+/// and a changed amount would replay the first 201. So no configuration may allow them, and
+/// every allowed amount has its own fingerprint.
+#[tokio::test]
+async fn amounts_are_fingerprinted_exactly_up_to_the_largest_allowed() {
+    const EXACT: u64 = (1 << 53) - 1;
+    for too_big in [1u64 << 53, (1 << 53) + 1, i64::MAX as u64] {
+        let env = tollgate::config::Env::from_pairs([(
+            "MAX_TRANSFER_AMOUNT".to_string(),
+            too_big.to_string(),
+        )]);
+        let err = transfer::config::TransferSettings::from_env(&env).unwrap_err();
+        assert_eq!(err.var, "MAX_TRANSFER_AMOUNT", "{too_big}");
+    }
+
+    let h = TransferHarness::with_env(&[("MAX_TRANSFER_AMOUNT", &EXACT.to_string())]).await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, EXACT, "JPY").await;
+    let b = h.account(&alice, 0, "JPY").await;
+    let first = h
+        .send(h.post(&alice, "k-big", &TransferHarness::body(&a, &b, EXACT)))
+        .await;
+    assert_eq!(first.status(), 201);
+    let changed = h
+        .send(h.post(&alice, "k-big", &TransferHarness::body(&a, &b, EXACT - 1)))
+        .await;
+    assert_eq!(changed.status(), 422);
+    assert_eq!(json_body(&changed)["code"], "idempotency_key_reused");
+    let over = h
+        .send(h.post(&alice, "k-over", &TransferHarness::body(&b, &a, EXACT + 1)))
+        .await;
+    assert_eq!(over.status(), 400);
+}

@@ -2,8 +2,9 @@
 //!
 //! All three go through [`transfer::ledger::Ledger`], the code the function itself uses, so an
 //! account made here is exactly one the function can move money from. A deposit is the ledger's
-//! single conditional `UpdateItem` (`balance = balance + amount`, account must exist): atomic
-//! with respect to transfers running at the same time, with no read-modify-write window.
+//! single conditional write (`balance = balance + amount`, account must exist), a one-item
+//! transaction under a token: atomic with respect to transfers running at the same time, with no
+//! read-modify-write window, and applied once however often it is resent with its token.
 
 use std::time::Duration;
 
@@ -42,13 +43,18 @@ pub enum Command {
         /// The account id.
         id: String,
     },
-    /// Adds to an account's balance in one atomic write.
+    /// Adds to an account's balance in one atomic write, applied once per token.
     Deposit {
         /// The account id.
         id: String,
         /// Amount in minor units (a positive whole number).
         #[arg(long, allow_negative_numbers = true)]
         amount: String,
+        /// The deposit's idempotency token (1 to 36 letters, digits, `-` or `_`) [default: a
+        /// new random one, printed]. Rerunning a deposit whose answer was lost with the same
+        /// token within ten minutes does not add the amount again.
+        #[arg(long)]
+        token: Option<String>,
     },
 }
 
@@ -109,11 +115,19 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
                 Err(e) => Err(CliError::store(format!("reading account {id}"), &e)),
             }
         }
-        Command::Deposit { id, amount: raw } => {
+        Command::Deposit {
+            id,
+            amount: raw,
+            token,
+        } => {
             let id = account_id(id)?;
             let amount = amount("--amount", raw, false)?;
-            match ledger.deposit(id.as_str(), amount).await {
-                Ok(account) => Ok(account_reply(&account)),
+            let token = match token {
+                Some(t) => deposit_token(t)?,
+                None => format!("dep-{}", tollgate::ids::random_hex(16)),
+            };
+            match ledger.deposit(id.as_str(), amount, &token).await {
+                Ok(account) => Ok(account_reply(&account).field("deposit_token", &token)),
                 Err(AccountError::NotFound) => {
                     Err(CliError::new(format!("no account {id} in {accounts}")))
                 }
@@ -155,6 +169,22 @@ fn account_id(raw: &str) -> Result<AccountId, CliError> {
             "{raw:?} is not an account id (1 to 64 of A-Z a-z 0-9 _ -)"
         ))
     })
+}
+
+/// A deposit token as DynamoDB takes a `ClientRequestToken`: 1 to 36 characters (kept to a
+/// plain alphabet so it can be typed and quoted anywhere).
+fn deposit_token(raw: &str) -> Result<String, CliError> {
+    let t = raw.trim();
+    let ok = !t.is_empty()
+        && t.len() <= 36
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !ok {
+        return Err(CliError::new(
+            "--token must be 1 to 36 letters, digits, - or _ (e.g. the deposit_token a lost deposit printed)",
+        ));
+    }
+    Ok(t.to_string())
 }
 
 fn account_reply(account: &Account) -> Reply {

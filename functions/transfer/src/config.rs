@@ -10,6 +10,12 @@ pub const DEFAULT_ACCOUNTS_TABLE: &str = "tollgate-accounts";
 pub const DEFAULT_TRANSFERS_TABLE: &str = "tollgate-transfers";
 pub const DEFAULT_IDEMPOTENCY_TABLE: &str = "tollgate-transfer-idempotency";
 
+/// The largest amount a transfer may ever move: 2^53 - 1. Idempotency fingerprints are SHA-256
+/// over the RFC 8785 canonical body, and RFC 8785 writes numbers as IEEE doubles, which hold
+/// every integer only up to 2^53: above it, two different amounts canonicalise to the same bytes
+/// and a changed amount would replay the first answer instead of getting 422.
+pub const MAX_EXACT_AMOUNT: u64 = (1 << 53) - 1;
+
 /// Settings beyond the shared guards.
 #[derive(Debug, Clone)]
 pub struct TransferSettings {
@@ -30,10 +36,10 @@ pub struct TransferSettings {
 impl TransferSettings {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let max_amount: u64 = env.parse_or("MAX_TRANSFER_AMOUNT", 1_000_000_000_000)?;
-        if max_amount == 0 || max_amount > i64::MAX as u64 {
+        if max_amount == 0 || max_amount > MAX_EXACT_AMOUNT {
             return Err(ConfigError::new(
                 "MAX_TRANSFER_AMOUNT",
-                "must be between 1 and 9223372036854775807",
+                format!("must be between 1 and {MAX_EXACT_AMOUNT} (2^53 - 1: the body's fingerprint is over RFC 8785 JSON, whose numbers are IEEE doubles, so larger amounts could not be told apart)"),
             ));
         }
         let default_currency = env.string_or("DEFAULT_CURRENCY", "JPY");

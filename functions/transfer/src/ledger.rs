@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | 0 | the idempotency record, completed with the 201 response | key free or expired |
 //! | 1 | debit `from` | exists, owned by the caller, currency as expected, balance ≥ amount |
-//! | 2 | credit `to` | exists, currency as expected |
+//! | 2 | credit `to` | exists, currency as expected, balance + amount ≤ [`MAX_BALANCE`] |
 //! | 3 | the transfer record | id unused |
 //!
 //! Either all four commit or none does: there is no moment where money moved and the key does
@@ -17,18 +17,40 @@
 //! cache of account currencies (immutable after creation) or the default. A wrong guess shows in
 //! the cancellation items and the transaction is sent once more with the real currency.
 //!
-//! Each attempt carries a `ClientRequestToken`: when a committed transaction's response is lost
-//! and the same attempt is sent again (by the SDK or by us), DynamoDB answers it as already done
-//! instead of applying it twice; should the token have lapsed, the claim on the key still holds
-//! and the record it returns is recognised as our own.
+//! Each attempt carries a `ClientRequestToken`, and the items of one token are built once and
+//! resent byte for byte: when a committed transaction's response is lost and the same attempt is
+//! sent again, DynamoDB answers it as already done instead of applying it twice (a resend whose
+//! parameters differ would get `IdempotentParameterMismatch` instead). Should the token have
+//! lapsed, the claim on the key still holds and the record it returns is recognised as our own.
+//!
+//! The SDK does not retry the transaction itself: every attempt is the ledger's, so the ledger
+//! knows when an attempt's outcome is unknown (timeout, dispatch failure, lost response, a 500,
+//! `TransactionInProgress`). After such an attempt no later failure proves that nothing was
+//! committed, so before answering 5xx the ledger resolves the outcome with a strongly consistent
+//! read of the key's record (written in the same transaction as the money): our own record means
+//! committed (201), no record means nothing was (503, key free), and a read that fails too gives
+//! the 503 whose `detail` says the outcome is unknown and to retry with the same key.
+//!
+//! | DynamoDB answers | meaning | next |
+//! |---|---|---|
+//! | success | committed | 201 |
+//! | cancelled, key item `ConditionalCheckFailed` | the key is taken | replay, 409 or 422 (ours: 201) |
+//! | cancelled, key item `TransactionConflict` | a duplicate is committing now | 409 + `Retry-After` |
+//! | cancelled, an account condition | a refusal, or a wrong currency guess, or a race | store the refusal / resend with a new token |
+//! | cancelled, an account `TransactionConflict` | another transfer on the same account | resend, new token |
+//! | `TransactionInProgress` | this token is being applied | resend, same token (outcome unknown) |
+//! | `IdempotentParameterMismatch` | this token was used with other items | resend, new token |
+//! | throttling, `ProvisionedThroughputExceeded`, `RequestLimitExceeded` | not applied | resend, same token |
+//! | 500, timeout, dispatch failure, lost response | unknown | resend, same token |
+//! | any other error | not applied (a bug or a misconfiguration) | resolve if unknown, else 5xx |
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
@@ -40,13 +62,13 @@ use lambda_http::{Body, Response};
 use serde::Serialize;
 use tollgate::clock::SharedClock;
 use tollgate::http::json_response;
-use tollgate::idempotency::{Existing, IdempotencyStore, Scope, StoredResponse};
+use tollgate::idempotency::{Existing, IdempotencyStore, RecordState, Scope, StoredResponse};
 use tollgate::ApiError;
 
 use crate::domain::{AccountId, TransferRequest};
 
-/// Attempts per request when DynamoDB reports a conflict with another transaction on the same
-/// accounts, or an ambiguous failure (the outcome of a sent transaction is unknown).
+/// Attempts per request: every send of the transaction, whatever came back (conflicts,
+/// throttling, unknown outcomes). The SDK makes one attempt per send.
 const MAX_ATTEMPTS: u32 = 6;
 const CURRENCY_CACHE_CAPACITY: usize = 10_000;
 
@@ -131,11 +153,28 @@ enum Attempt {
     Committed,
     /// Cancelled: the key was taken, or an account condition failed.
     Cancelled(Vec<CancellationReason>),
-    /// Worth sending again: a conflict with another transaction on the same items, or a
-    /// transport failure after which the outcome is unknown.
+    /// Not applied, worth sending again: throttled, or a conflict with another transaction on
+    /// the same accounts. `same_token` when the same items may be resent as they are.
     Retry {
         same_token: bool,
     },
+    /// Perhaps applied: sending the same attempt again is safe (DynamoDB applies a token once),
+    /// and a failure after this one proves nothing.
+    Unknown,
+    /// Not applied, and sending it again will not help.
+    Failed(ApiError),
+}
+
+/// How a transfer that was not answered by DynamoDB came out, found by reading the key's record.
+enum Resolved {
+    /// Our transaction committed.
+    Committed,
+    /// Nothing of ours committed; the key holds another request's record.
+    Existing(Existing),
+    /// Nothing committed: the key is free.
+    NotCommitted,
+    /// The record could not be read either.
+    Unknown,
 }
 
 impl Ledger {
@@ -214,29 +253,49 @@ impl Ledger {
             .cached_currency(&req.from)
             .or_else(|| self.cached_currency(&req.to))
             .unwrap_or_else(|| self.default_currency.clone());
-        // The token changes only when the transaction's parameters do.
+        // The token changes only when the transaction's items do, and the items of a token are
+        // built once: a resend is the same request, byte for byte.
         let mut generation = 0;
+        let mut built: Option<(u32, Vec<TransactWriteItem>)> = None;
+        // Some attempt may have committed: no later failure proves otherwise.
+        let mut unknown = false;
+        let mut failure = ApiError::Unavailable { retry_after: 1 };
         for attempt in 0..MAX_ATTEMPTS {
             let token = format!("{}-{generation}", &transfer_id[3..]);
-            let items = self.transaction(
-                client_id,
-                scope,
-                fingerprint,
-                &stored,
-                req,
-                &currency,
-                &transfer,
-            );
-            match self.send(items, &token).await? {
+            let items = match &built {
+                Some((g, items)) if *g == generation => items.clone(),
+                _ => {
+                    let items = self.transaction(
+                        client_id,
+                        scope,
+                        fingerprint,
+                        &stored,
+                        req,
+                        &currency,
+                        &transfer,
+                    );
+                    built = Some((generation, items.clone()));
+                    items
+                }
+            };
+            match self.send(items, &token).await {
                 Attempt::Committed => {
                     tracing::info!(transfer_id = %transfer_id, amount = req.amount.get(), "transfer committed");
                     return Ok(created);
+                }
+                Attempt::Unknown => {
+                    unknown = true;
+                    backoff(attempt).await;
                 }
                 Attempt::Retry { same_token } => {
                     if !same_token {
                         generation += 1;
                     }
                     backoff(attempt).await;
+                }
+                Attempt::Failed(e) => {
+                    failure = e;
+                    break;
                 }
                 Attempt::Cancelled(reasons) => {
                     match self.explain(client_id, fingerprint, req, &currency, &reasons) {
@@ -264,8 +323,49 @@ impl Ledger {
                 }
             }
         }
-        tracing::warn!("transfer gave up after repeated conflicts; nothing committed");
-        Err(ApiError::Unavailable { retry_after: 1 })
+        if !unknown {
+            tracing::warn!(
+                code = failure.code(),
+                "transfer failed; nothing committed, the key is free"
+            );
+            return Err(failure);
+        }
+        match self.resolve(scope, fingerprint, &stored).await {
+            Resolved::Committed => {
+                tracing::info!(transfer_id = %transfer_id, amount = req.amount.get(), "transfer committed (found by reading the key's record after an unknown outcome)");
+                Ok(created)
+            }
+            Resolved::Existing(existing) => existing.into_result(),
+            Resolved::NotCommitted => {
+                tracing::warn!(
+                    code = failure.code(),
+                    "transfer failed; its key's record shows nothing committed, the key is free"
+                );
+                Err(failure)
+            }
+            Resolved::Unknown => {
+                tracing::error!(transfer_id = %transfer_id, "transfer outcome unknown: an attempt may have committed and the key's record cannot be read; the client must retry with the same key");
+                Err(ApiError::OutcomeUnknown { retry_after: 1 })
+            }
+        }
+    }
+
+    /// After an attempt with an unknown outcome: did the transaction commit? The key's record is
+    /// written in the same transaction as the money, so a strongly consistent read of it says.
+    async fn resolve(&self, scope: &Scope, fingerprint: &str, ours: &StoredResponse) -> Resolved {
+        match self.idempotency.read(scope).await {
+            Ok(None) => Resolved::NotCommitted,
+            Ok(Some(record)) => match &record.state {
+                RecordState::Completed(r) if r == ours && record.fingerprint == fingerprint => {
+                    Resolved::Committed
+                }
+                _ => Resolved::Existing(record.verdict(fingerprint, self.clock.now_ms())),
+            },
+            Err(e) => {
+                tracing::error!(error = %e, source = ?std::error::Error::source(&e), "cannot read the key's record to resolve an unknown outcome");
+                Resolved::Unknown
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -297,15 +397,21 @@ impl Ledger {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .expect("debit is complete");
+        // The ceiling keeps `balance + amount <= MAX_BALANCE` without arithmetic in the
+        // condition (amounts are at most 2^53 - 1, so the subtraction cannot underflow).
+        let ceiling = MAX_BALANCE - req.amount.get();
         let credit = Update::builder()
             .table_name(&self.accounts)
             .key("pk", AttributeValue::S(req.to.to_string()))
             .update_expression("SET #balance = #balance + :amount")
-            .condition_expression("attribute_exists(#pk) AND #currency = :currency")
+            .condition_expression(
+                "attribute_exists(#pk) AND #currency = :currency AND #balance <= :ceiling",
+            )
             .expression_attribute_names("#pk", "pk")
             .expression_attribute_names("#balance", "balance")
             .expression_attribute_names("#currency", "currency")
             .expression_attribute_values(":amount", amount)
+            .expression_attribute_values(":ceiling", AttributeValue::N(ceiling.to_string()))
             .expression_attribute_values(":currency", AttributeValue::S(currency.into()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
@@ -349,54 +455,103 @@ impl Ledger {
         ]
     }
 
-    async fn send(&self, items: Vec<TransactWriteItem>, token: &str) -> Result<Attempt, ApiError> {
+    /// One attempt, exactly one request: the SDK's own retries are off for the transaction, so
+    /// that an attempt whose outcome is unknown is never hidden behind a later, clearer failure.
+    async fn send(&self, items: Vec<TransactWriteItem>, token: &str) -> Attempt {
         let result = self
             .ddb
             .transact_write_items()
             .set_transact_items(Some(items))
             .client_request_token(token)
+            .customize()
+            .config_override(
+                aws_sdk_dynamodb::Config::builder()
+                    .retry_config(RetryConfig::standard().with_max_attempts(1)),
+            )
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Attempt::Committed),
-            Err(SdkError::ServiceError(e)) => match e.err() {
+        let e = match result {
+            Ok(_) => return Attempt::Committed,
+            Err(e) => e,
+        };
+        match &e {
+            SdkError::ServiceError(se) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
                     let reasons = c.cancellation_reasons().to_vec();
                     let conflict = |r: &CancellationReason| r.code() == Some("TransactionConflict");
                     if reasons.first().is_some_and(conflict) {
                         // Another request with this key is being committed right now.
-                        Ok(Attempt::Cancelled(reasons))
+                        Attempt::Cancelled(reasons)
                     } else if reasons.iter().any(conflict) {
-                        Ok(Attempt::Retry { same_token: false })
+                        tracing::info!("transfer conflicted with another transaction on an account; sending it again");
+                        Attempt::Retry { same_token: false }
+                    } else if reasons.iter().any(|r| {
+                        matches!(
+                            r.code(),
+                            Some("ThrottlingError" | "ProvisionedThroughputExceeded")
+                        )
+                    }) {
+                        tracing::warn!("transfer throttled on an item; sending it again");
+                        Attempt::Retry { same_token: false }
                     } else {
-                        Ok(Attempt::Cancelled(reasons))
+                        Attempt::Cancelled(reasons)
                     }
                 }
                 TransactWriteItemsError::TransactionInProgressException(_) => {
-                    // The same token is still being applied: ask again, same token.
-                    Ok(Attempt::Retry { same_token: true })
+                    // This token is still being applied: it may commit. Ask again, same token.
+                    tracing::warn!("transfer with this token still in progress; sending it again");
+                    Attempt::Unknown
                 }
                 TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
-                    Ok(Attempt::Retry { same_token: false })
+                    // Not ours to reuse (items are resent byte for byte, so this is unexpected).
+                    tracing::warn!(
+                        "transfer token reused with other items; sending with a new token"
+                    );
+                    Attempt::Retry { same_token: false }
+                }
+                TransactWriteItemsError::InternalServerError(_) => {
+                    tracing::warn!(error_code = se.err().meta().code(), "transfer got a DynamoDB 500; outcome unknown, sending the same attempt again");
+                    Attempt::Unknown
+                }
+                TransactWriteItemsError::ProvisionedThroughputExceededException(_)
+                | TransactWriteItemsError::RequestLimitExceeded(_)
+                | TransactWriteItemsError::ThrottlingException(_) => {
+                    tracing::warn!(
+                        error_code = se.err().meta().code(),
+                        "transfer throttled; sending the same attempt again"
+                    );
+                    Attempt::Retry { same_token: true }
                 }
                 other => {
+                    if se.raw().status().is_server_error() {
+                        tracing::warn!(
+                            error_code = other.meta().code(),
+                            "transfer got a 5xx; outcome unknown, sending the same attempt again"
+                        );
+                        return Attempt::Unknown;
+                    }
+                    if other.meta().code().is_some_and(|c| c.contains("Throttl")) {
+                        tracing::warn!(
+                            error_code = other.meta().code(),
+                            "transfer throttled; sending the same attempt again"
+                        );
+                        return Attempt::Retry { same_token: true };
+                    }
                     tracing::error!(error = ?other, "transfer transaction refused");
-                    Err(ApiError::Unavailable { retry_after: 1 })
+                    Attempt::Failed(ApiError::Unavailable { retry_after: 1 })
                 }
             },
-            Err(
-                e @ (SdkError::DispatchFailure(_)
-                | SdkError::ResponseError(_)
-                | SdkError::TimeoutError(_)),
-            ) => {
+            SdkError::DispatchFailure(_)
+            | SdkError::ResponseError(_)
+            | SdkError::TimeoutError(_) => {
                 // The transaction may have committed. Sending the same attempt again with the
                 // same token is safe: DynamoDB will not apply it twice.
                 tracing::warn!(error = %e, "transfer outcome unknown; sending the same attempt again");
-                Ok(Attempt::Retry { same_token: true })
+                Attempt::Unknown
             }
-            Err(e) => {
+            _ => {
                 tracing::error!(error = %e, "transfer transaction could not be sent");
-                Err(ApiError::Internal)
+                Attempt::Failed(ApiError::Internal)
             }
         }
     }
@@ -454,13 +609,18 @@ impl Ledger {
         if from_currency != guess {
             return Explained::Currency(from_currency);
         }
-        match item_of(1) {
-            Some(Some(item)) if n(item, "balance").unwrap_or(0) < req.amount.get() => {
-                Explained::Refused(ApiError::InsufficientFunds)
+        if let Some(Some(item)) = item_of(1) {
+            if n(item, "balance").unwrap_or(0) < req.amount.get() {
+                return Explained::Refused(ApiError::InsufficientFunds);
             }
-            // The conditions hold now: the accounts changed under us. Try again.
-            _ => Explained::Raced,
         }
+        if let Some(Some(item)) = item_of(2) {
+            if n(item, "balance").unwrap_or(0) > MAX_BALANCE - req.amount.get() {
+                return Explained::Refused(ApiError::BalanceLimitExceeded);
+            }
+        }
+        // The conditions hold now: the accounts changed under us. Try again.
+        Explained::Raced
     }
 
     /// Stores a refusal under the key (conditionally: a racing duplicate's record wins) and
@@ -517,15 +677,23 @@ impl Ledger {
         })
     }
 
-    /// Adds `amount` to an existing account in one conditional write (tests and demos). The
-    /// condition also keeps the balance at most [`MAX_BALANCE`].
-    pub async fn deposit(&self, account_id: &str, amount: u64) -> Result<Account, AccountError> {
+    /// Adds `amount` to an existing account in one conditional write (operators, tests and
+    /// demos). The condition also keeps the balance at most [`MAX_BALANCE`].
+    ///
+    /// The write is a one-item transaction under `token` (a `ClientRequestToken`, 1 to 36
+    /// characters): a deposit whose answer was lost and that is sent again, by the SDK or by the
+    /// operator rerunning the command with the same token within DynamoDB's ten-minute window,
+    /// is applied once. A plain `UpdateItem` (`ADD`) resent after a lost answer adds twice.
+    pub async fn deposit(
+        &self,
+        account_id: &str,
+        amount: u64,
+        token: &str,
+    ) -> Result<Account, AccountError> {
         let ceiling = MAX_BALANCE
             .checked_sub(amount)
             .ok_or(AccountError::BalanceLimit)?;
-        let result = self
-            .ddb
-            .update_item()
+        let update = Update::builder()
             .table_name(&self.accounts)
             .key("pk", AttributeValue::S(account_id.into()))
             .update_expression("SET #balance = #balance + :amount")
@@ -533,23 +701,36 @@ impl Ledger {
             .expression_attribute_names("#balance", "balance")
             .expression_attribute_values(":amount", AttributeValue::N(amount.to_string()))
             .expression_attribute_values(":ceiling", AttributeValue::N(ceiling.to_string()))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("deposit is complete");
+        let result = self
+            .ddb
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .client_request_token(token)
             .send()
             .await;
         match result {
-            Ok(out) => out
-                .attributes()
-                .and_then(account_of)
+            // A transaction returns no item: read the account (strongly consistent) to show it.
+            Ok(_) => self
+                .account(account_id)
+                .await?
                 .ok_or(AccountError::NotFound),
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                match e.err() {
-                    UpdateItemError::ConditionalCheckFailedException(c) if c.item().is_some() => {
-                        Err(AccountError::BalanceLimit)
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let failed = c
+                        .cancellation_reasons()
+                        .first()
+                        .filter(|r| r.code() == Some("ConditionalCheckFailed"));
+                    match failed {
+                        Some(r) if r.item().is_some() => Err(AccountError::BalanceLimit),
+                        Some(_) => Err(AccountError::NotFound),
+                        None => Err(ledger_error("deposit", TransactionCancelled).into()),
                     }
-                    _ => Err(AccountError::NotFound),
                 }
-            }
+                _ => Err(ledger_error("deposit", e.into_err()).into()),
+            },
             Err(e) => Err(ledger_error("deposit", e).into()),
         }
     }
@@ -597,6 +778,11 @@ impl Ledger {
         }))
     }
 }
+
+/// A deposit's transaction was cancelled for a reason other than its condition (a conflict).
+#[derive(Debug, thiserror::Error)]
+#[error("deposit transaction cancelled")]
+struct TransactionCancelled;
 
 enum Explained {
     Done(Existing),
