@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use tollgate_tests::fault_proxy::{Fault, FaultProxy};
+use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 
 use crate::http::{self, Mode, Sent};
 use crate::plan::{Kind, Logical, Rng};
@@ -259,7 +259,14 @@ pub const FAULT_KINDS: &[&str] = &[
     "3 x 500 armed back to back (exhaust the SDK's 3 attempts when one request meets them all)",
     "delay 20-1500 ms (below the 3 s attempt timeout)",
     "delay 3.2-3.8 s (past the 3 s attempt timeout)",
+    "ThrottlingException",
+    "3 x ProvisionedThroughputExceededException back to back",
+    "TransactionInProgressException (transactions only)",
+    "TransactionConflict on the debited account (transactions only)",
+    "IdempotentParameterMismatchException (transactions only)",
 ];
+/// Fault kinds that only a transaction can meet.
+const TRANSACTION_ONLY: std::ops::RangeInclusive<usize> = 8..=10;
 pub const OPERATIONS: &[&str] = &["TransactWriteItems", "UpdateItem", "GetItem", "PutItem"];
 
 #[derive(Debug, Default)]
@@ -317,8 +324,10 @@ pub async fn arm_faults(
                 continue;
             }
             let op = rng.weighted(&[40, 25, 20, 15]);
-            let kind = rng.weighted(&[30, 20, 20, 8, 16, 6]);
-            if log.pending.contains_key(&op) {
+            let kind = rng.weighted(&[30, 20, 20, 8, 16, 6, 10, 6, 6, 6, 4]);
+            if log.pending.contains_key(&op)
+                || (TRANSACTION_ONLY.contains(&kind) && OPERATIONS[op] != "TransactWriteItems")
+            {
                 continue;
             }
             let faults: Vec<Fault> = match kind {
@@ -327,7 +336,15 @@ pub async fn arm_faults(
                 2 => vec![Fault::ServerError],
                 3 => vec![Fault::ServerError; 3],
                 4 => vec![Fault::Delay(Duration::from_millis(rng.range(20, 1_500)))],
-                _ => vec![Fault::Delay(Duration::from_millis(rng.range(3_200, 3_800)))],
+                5 => vec![Fault::Delay(Duration::from_millis(rng.range(3_200, 3_800)))],
+                6 => vec![Fault::Error(DynamoError::Throttling)],
+                7 => vec![Fault::Error(DynamoError::ProvisionedThroughputExceeded); 3],
+                8 => vec![Fault::Error(DynamoError::TransactionInProgress)],
+                // The debit is the only item whose expression names the balance first.
+                9 => vec![Fault::Error(DynamoError::TransactionConflict {
+                    item: "SET #balance = #balance - :amount".into(),
+                })],
+                _ => vec![Fault::Error(DynamoError::IdempotentParameterMismatch)],
             };
             let seen = proxy.seen(OPERATIONS[op]);
             for f in &faults {

@@ -40,7 +40,9 @@ tokens. Through the real functions under `cargo lambda watch` (--instances
 transfer processes, default 4; --concurrency requests in flight, default 24),
 with a fault proxy between them and DynamoDB Local (a fault armed for about
 --fault-rate of the requests, default 0.03: dropped requests, responses
-dropped after commit, 500s, delays below and past the SDK's timeout), and
+dropped after commit, 500s, delays below and past the SDK's timeout,
+throttling, and for transactions TransactionInProgress, a TransactionConflict
+on the debited account and IdempotentParameterMismatch), and
 --kills SIGKILLs of a transfer process (default 2), each followed by a
 restart. Then reconciles DynamoDB, read directly, against a ledger computed
 from the log; prints a report (also to --report), exits non-zero on any
