@@ -70,6 +70,10 @@ use crate::domain::{AccountId, TransferRequest};
 /// Attempts per request: every send of the transaction, whatever came back (conflicts,
 /// throttling, unknown outcomes). The SDK makes one attempt per send.
 const MAX_ATTEMPTS: u32 = 6;
+/// No new attempt starts after this much time: with the SDK's 3-second attempt timeout, the
+/// attempts, the read that resolves an unknown outcome (one attempt) and the answer fit in the
+/// function's 10-second timeout, so the client hears our answer rather than the platform's.
+const SEND_BUDGET: Duration = Duration::from_secs(5);
 const CURRENCY_CACHE_CAPACITY: usize = 10_000;
 
 /// An account as stored.
@@ -260,7 +264,12 @@ impl Ledger {
         // Some attempt may have committed: no later failure proves otherwise.
         let mut unknown = false;
         let mut failure = ApiError::Unavailable { retry_after: 1 };
+        let started = std::time::Instant::now();
         for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 && started.elapsed() >= SEND_BUDGET {
+                tracing::warn!(attempt, "transfer out of time for another attempt");
+                break;
+            }
             let token = format!("{}-{generation}", &transfer_id[3..]);
             let items = match &built {
                 Some((g, items)) if *g == generation => items.clone(),
@@ -353,7 +362,7 @@ impl Ledger {
     /// After an attempt with an unknown outcome: did the transaction commit? The key's record is
     /// written in the same transaction as the money, so a strongly consistent read of it says.
     async fn resolve(&self, scope: &Scope, fingerprint: &str, ours: &StoredResponse) -> Resolved {
-        match self.idempotency.read(scope).await {
+        match self.idempotency.read_once(scope).await {
             Ok(None) => Resolved::NotCommitted,
             Ok(Some(record)) => match &record.state {
                 RecordState::Completed(r) if r == ours && record.fingerprint == fingerprint => {

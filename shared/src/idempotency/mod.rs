@@ -243,11 +243,41 @@ impl IdempotencyStore {
             .send()
             .await
             .map_err(|e| store_error("read", e))?;
+        self.live(out.item())
+    }
+
+    /// As [`Self::read`], in one attempt (no SDK retry): for a request that has already spent
+    /// most of its time budget and only needs to know.
+    pub async fn read_once(&self, scope: &Scope) -> Result<Option<Record>, IdempotencyError> {
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(scope.pk().into()))
+            .consistent_read(true)
+            .customize()
+            .config_override(aws_sdk_dynamodb::Config::builder().retry_config(
+                aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(1),
+            ))
+            .send()
+            .await
+            .map_err(|e| store_error("read", e))?;
+        self.live(out.item())
+    }
+
+    fn live(
+        &self,
+        item: Option<&HashMap<String, AttributeValue>>,
+    ) -> Result<Option<Record>, IdempotencyError> {
         let now = self.now_ms();
-        Ok(out
-            .item()
-            .and_then(Record::from_item)
-            .filter(|r| r.is_live(now)))
+        match item {
+            None => Ok(None),
+            // A record that exists but cannot be read is not "no record": say so.
+            Some(item) => match Record::from_item(item) {
+                Some(r) => Ok(Some(r).filter(|r| r.is_live(now))),
+                None => Err(store_error("read", MalformedRecord)),
+            },
+        }
     }
 
     /// Two-phase mode: claims the key for `lease`. An expired record or an expired lease is
