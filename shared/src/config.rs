@@ -248,6 +248,21 @@ mod tests {
     }
 
     #[test]
+    fn a_limits_list_without_entries_names_its_variable() {
+        for empty in [",", " , ,"] {
+            let err = settings(&[("TRANSFER_RATE_LIMITS", empty)]).unwrap_err();
+            assert_eq!(err.var, "TRANSFER_RATE_LIMITS", "{empty:?}");
+            assert!(err.to_string().contains("=off"), "{err}");
+        }
+        let err = settings(&[("TRANSFER_RATE_LIMITS", "global=off,global=1/1d")]).unwrap_err();
+        assert_eq!(err.var, "TRANSFER_RATE_LIMITS");
+        // Only layers turned off on purpose: explicit, so accepted.
+        let s = settings(&[("TRANSFER_RATE_LIMITS", "ip=off,client=off")]).unwrap();
+        assert_eq!(s.rate_limits.iter().count(), 0);
+        assert!(s.rate_limits.is_off(crate::ratelimit::Layer::Client));
+    }
+
+    #[test]
     fn cloudfront_mode_requires_the_origin_secret() {
         let err = settings(&[("CLIENT_IP_SOURCE", "cloudfront")]).unwrap_err();
         assert_eq!(err.var, "ORIGIN_VERIFY_SECRET_PARAM");
