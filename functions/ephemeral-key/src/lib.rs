@@ -49,7 +49,8 @@ impl tollgate::serve::Function for App {
         let guard = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
         // The `global` layer is the spend cap. Leaving it out of the list must not quietly
         // remove it: only `global=off` runs without one.
-        if guard.rate_limits.get(Layer::Global).is_none() && !guard.rate_limits.is_off(Layer::Global)
+        if guard.rate_limits.get(Layer::Global).is_none()
+            && !guard.rate_limits.is_off(Layer::Global)
         {
             return Err(ConfigError::new(
                 LIMITS_VAR,

@@ -325,7 +325,10 @@ mod tests {
         ] {
             assert!(RateLimits::parse(bad).is_err(), "{bad} should be refused");
         }
-        assert!(RateLimit::from_str("global=off").is_err(), "off is not a limit");
+        assert!(
+            RateLimit::from_str("global=off").is_err(),
+            "off is not a limit"
+        );
     }
 
     #[test]
