@@ -139,6 +139,9 @@ pub struct GuardSettings {
     pub rate_limits: RateLimits,
     /// Longest time a kill-switch flip takes to apply.
     pub kill_switch_cache: Duration,
+    /// How long past `kill_switch_cache` the last state read keeps serving while the control
+    /// table fails; after that requests get 503 (fail closed).
+    pub kill_switch_stale: Duration,
     pub secrets_ttl: Duration,
     /// Pause after a failing secret store or upstream before it is asked again.
     pub upstream_cooldown: Duration,
@@ -197,6 +200,11 @@ impl GuardSettings {
             client_ip_source,
             rate_limits,
             kill_switch_cache: env.seconds_or("KILL_SWITCH_CACHE_SECONDS", 5, 0)?,
+            kill_switch_stale: env.seconds_or(
+                "KILL_SWITCH_STALE_SECONDS",
+                crate::kill_switch::DEFAULT_STALE_WINDOW.as_secs(),
+                0,
+            )?,
             secrets_ttl: env.seconds_or("SECRETS_TTL_SECONDS", 300, 0)?,
             upstream_cooldown: env.seconds_or("UPSTREAM_COOLDOWN_SECONDS", 5, 1)?,
             rate_limit_table: env.string_or("RATE_LIMIT_TABLE", DEFAULT_RATE_LIMIT_TABLE),
@@ -229,6 +237,7 @@ mod tests {
         let s = settings(&[]).unwrap();
         assert_eq!(s.client_ip_source, ClientIpSource::Peer);
         assert_eq!(s.kill_switch_cache, Duration::from_secs(5));
+        assert_eq!(s.kill_switch_stale, Duration::from_secs(60));
         assert_eq!(s.secrets_ttl, Duration::from_secs(300));
         assert_eq!(s.upstream_cooldown, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 16 * 1024);
@@ -243,8 +252,25 @@ mod tests {
         assert_eq!(err.var, "CLIENT_IP_SOURCE");
         let err = settings(&[("UPSTREAM_COOLDOWN_SECONDS", "0")]).unwrap_err();
         assert_eq!(err.var, "UPSTREAM_COOLDOWN_SECONDS");
+        let err = settings(&[("KILL_SWITCH_STALE_SECONDS", "-1")]).unwrap_err();
+        assert_eq!(err.var, "KILL_SWITCH_STALE_SECONDS");
         let err = settings(&[("BASE_PATH", "api/")]).unwrap_err();
         assert_eq!(err.var, "BASE_PATH");
+    }
+
+    #[test]
+    fn a_limits_list_without_entries_names_its_variable() {
+        for empty in [",", " , ,"] {
+            let err = settings(&[("TRANSFER_RATE_LIMITS", empty)]).unwrap_err();
+            assert_eq!(err.var, "TRANSFER_RATE_LIMITS", "{empty:?}");
+            assert!(err.to_string().contains("=off"), "{err}");
+        }
+        let err = settings(&[("TRANSFER_RATE_LIMITS", "global=off,global=1/1d")]).unwrap_err();
+        assert_eq!(err.var, "TRANSFER_RATE_LIMITS");
+        // Only layers turned off on purpose: explicit, so accepted.
+        let s = settings(&[("TRANSFER_RATE_LIMITS", "ip=off,client=off")]).unwrap();
+        assert_eq!(s.rate_limits.iter().count(), 0);
+        assert!(s.rate_limits.is_off(crate::ratelimit::Layer::Client));
     }
 
     #[test]

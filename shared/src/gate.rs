@@ -60,7 +60,8 @@ impl Gate {
                 &settings.control_table,
                 clock.clone(),
                 settings.kill_switch_cache,
-            ),
+            )
+            .with_stale_window(settings.kill_switch_stale),
             limiter: RateLimiter::new(
                 ddb,
                 &settings.rate_limit_table,

@@ -198,3 +198,38 @@ async fn limits_come_from_the_functions_variables_or_defaults() {
         .await;
     assert!(line.contains("TRANSFER_RATE_LIMITS"), "{line}");
 }
+
+#[tokio::test]
+async fn a_layer_turned_off_has_no_counter_to_show_or_reset() {
+    let cli = TestCli::with_env(&[("SESSION_RATE_LIMITS", "ip=5/1h,global=off")]).await;
+    for action in ["show", "reset"] {
+        let line = cli
+            .fails(&[
+                "limits",
+                action,
+                "--function",
+                "ephemeral-key",
+                "--layer",
+                "global",
+            ])
+            .await;
+        assert!(
+            line.contains("global layer is off") && line.contains("SESSION_RATE_LIMITS"),
+            "{action}: {line}"
+        );
+    }
+    // The layers still counted are unaffected.
+    let ip = cli
+        .json(&[
+            "limits",
+            "show",
+            "--function",
+            "ephemeral-key",
+            "--layer",
+            "ip",
+            "--key",
+            "192.0.2.1",
+        ])
+        .await;
+    assert_eq!(ip["limit"], 5);
+}

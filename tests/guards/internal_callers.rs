@@ -100,7 +100,7 @@ async fn new_app(limits: &str) -> (App, Tables, aws_sdk_dynamodb::Client) {
 #[tokio::test]
 async fn lesson_002_failed_authentications_are_counted_by_address() {
     for with_token in [true, false] {
-        let (app, tables, ddb) = new_app("ip=10/1h").await;
+        let (app, tables, ddb) = new_app("ip=10/1h,global=off").await;
         let mut statuses = Vec::new();
         for i in 0..25 {
             let mut event = Event::get("/internal/kill-switch").from_ip("192.0.2.200");
@@ -128,7 +128,7 @@ async fn lesson_002_failed_authentications_are_counted_by_address() {
 
 #[tokio::test]
 async fn internal_routes_work_with_the_real_token_and_refuse_others() {
-    let (app, _, _) = new_app("ip=10/1h").await;
+    let (app, _, _) = new_app("ip=10/1h,global=off").await;
     let ok = app
         .handle(
             Event::put("/internal/kill-switch")

@@ -4,6 +4,7 @@ mod client_address;
 mod fault_proxy;
 mod internal_callers;
 mod kill_switch;
+mod limiter_faults;
 mod rate_limits;
 mod request_counts;
 mod secrets;

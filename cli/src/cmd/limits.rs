@@ -9,6 +9,8 @@
 //! - `client`: a verified client id;
 //! - `global`: no key (`--key` is ignored).
 //!
+//! A layer the variable turns off (`global=off`) has no counter: the command says so.
+//!
 //! A reset deletes the current window's counter ([`RateLimiter::reset`]). Warm function instances
 //! that already saw the key full remember that in their in-process block cache until the window
 //! ends and keep refusing it without asking DynamoDB; the reset reaches them only through new
@@ -115,6 +117,11 @@ fn counter(args: &CounterArgs, deps: &Deps<'_>) -> Result<Counter, CliError> {
     let spec = deps.env.get(var).unwrap_or(default);
     let limits = RateLimits::parse(spec)
         .map_err(|e| CliError::new(format!("configuration variable {var}: {e}")))?;
+    if limits.is_off(layer) {
+        return Err(CliError::new(format!(
+            "{function}'s {layer} layer is off ({var}={limits}): it counts nothing, so there is no counter"
+        )));
+    }
     let limit = *limits.get(layer).ok_or_else(|| {
         CliError::new(format!("{function} has no {layer} layer ({var}={limits})"))
     })?;

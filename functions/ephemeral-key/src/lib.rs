@@ -17,7 +17,7 @@ use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
 use tollgate::http::{request_id, respond, route_path};
 use tollgate::idempotency::IdempotencyStore;
-use tollgate::ratelimit::Admission;
+use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
 use tracing::Instrument;
 
@@ -47,6 +47,19 @@ impl tollgate::serve::Function for App {
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
         let guard = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
+        // The `global` layer is the spend cap. Leaving it out of the list must not quietly
+        // remove it: only `global=off` runs without one.
+        if guard.rate_limits.get(Layer::Global).is_none()
+            && !guard.rate_limits.is_off(Layer::Global)
+        {
+            return Err(ConfigError::new(
+                LIMITS_VAR,
+                format!(
+                    "no global layer ({}): it caps the sessions minted, and so OpenAI spend; add one such as global=2000/1d, or write global=off to run without a cap on purpose",
+                    guard.rate_limits
+                ),
+            ));
+        }
         let settings = SessionSettings::from_env(env)?;
         let upstream =
             Upstream::new(&settings.base_url, settings.upstream_timeout).map_err(|e| {
@@ -103,5 +116,43 @@ impl App {
             }
             _ => Err(ApiError::NotFound),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tollgate::clock::ManualClock;
+    use tollgate::serve::Function;
+
+    use super::*;
+
+    fn from_env(limits: &str) -> Result<App, ConfigError> {
+        let env = Env::from_pairs([(LIMITS_VAR, limits), ("OPENAI_API_KEY", "sk-unused")]);
+        // Building a client sends nothing; no request is made here.
+        let ddb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::Config::builder()
+                .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+                .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+                .build(),
+        );
+        App::from_env(&env, ddb, None, Arc::new(ManualClock::at(0)))
+    }
+
+    #[test]
+    fn a_configuration_without_the_spend_cap_is_refused() {
+        for limits in ["ip=10/1h", "ip=10/1h,client=5/1m", "ip=off"] {
+            let err = from_env(limits).map(|_| ()).unwrap_err();
+            assert_eq!(err.var, LIMITS_VAR, "{limits}");
+            assert!(err.to_string().contains("global=off"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_spend_cap_may_be_turned_off_on_purpose() {
+        assert!(from_env("ip=10/1h,global=off").is_ok());
+        assert!(from_env("global=off").is_ok());
+        assert!(from_env(DEFAULT_LIMITS).is_ok());
     }
 }

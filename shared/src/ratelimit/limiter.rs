@@ -253,6 +253,11 @@ impl RateLimiter {
     /// and when a failure on our side (upstream, secrets, store) means the caller got nothing.
     /// The decrement is conditioned on the count being positive, so it never goes below zero;
     /// a counter from an ended window is left alone (its window already reopened).
+    ///
+    /// A refund is sent once, never again (one SDK attempt, no resend of ours): `ADD -1` is not
+    /// idempotent, so resending one whose answer was lost after it committed would give back a
+    /// unit another caller holds. A refund that fails or whose outcome is unknown is logged and
+    /// dropped; the unit then stays counted until its window ends, which is the safe side.
     pub async fn refund(&self, admission: &mut Admission) {
         let now_ms = self.clock.now_ms();
         for pk in admission.counted.drain(..) {
@@ -268,6 +273,8 @@ impl RateLimiter {
                 .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
                 .expression_attribute_values(":zero", AttributeValue::N("0".into()))
                 .expression_attribute_values(":now", AttributeValue::N((now_ms / 1000).to_string()))
+                .customize()
+                .config_override(crate::aws::dynamodb_one_attempt())
                 .send()
                 .await;
             match result {
@@ -275,8 +282,14 @@ impl RateLimiter {
                 Err(SdkError::ServiceError(e))
                     if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {}
                 Err(e) => {
+                    let applied = refund_outcome(&e);
                     let error = LimiterError::new("refund", e);
-                    tracing::warn!(error = %error, "could not refund a rate-limit unit");
+                    tracing::warn!(
+                        error = %error,
+                        source = ?std::error::Error::source(&error),
+                        applied,
+                        "a rate-limit refund failed and is not resent; the unit stays counted until its window ends"
+                    );
                 }
             }
         }
@@ -324,6 +337,15 @@ impl RateLimiter {
             Layer::Global => "",
             _ => key,
         }
+    }
+}
+
+/// Whether a failed refund may still have applied, for the log: `"no"` when DynamoDB answered
+/// with an error, `"unknown"` when the answer never came (lost, timed out).
+fn refund_outcome<R>(e: &SdkError<UpdateItemError, R>) -> &'static str {
+    match e {
+        SdkError::ServiceError(_) | SdkError::ConstructionFailure(_) => "no",
+        _ => "unknown",
     }
 }
 

@@ -156,42 +156,92 @@ fn parse_window(s: &str) -> Option<Duration> {
     count.checked_mul(secs).map(Duration::from_secs)
 }
 
-/// A function's layers, in the order they are checked: `ip`, then `client`, then `global`.
+/// A function's layers, in the order they are checked: `ip`, then `client`, then `global`; and
+/// the layers the operator turned off on purpose (`global=off`).
+///
+/// A guard that is missing from the configuration is not counted, so a typo (`","`, an
+/// unintended empty list) would silently turn a limit off. The parser therefore refuses a list
+/// without entries, and `<layer>=off` says "unlimited, on purpose": a function that needs a layer
+/// (the session function's spend cap) can tell "forgotten" from "chosen".
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RateLimits(Vec<RateLimit>);
+pub struct RateLimits {
+    limits: Vec<RateLimit>,
+    off: Vec<Layer>,
+}
+
+/// The value that marks a layer as deliberately unlimited.
+const OFF: &str = "off";
 
 impl RateLimits {
-    /// Parses a comma-separated list; each layer at most once.
+    /// Parses a comma-separated list of `layer=N/<window>` or `layer=off`; each layer at most
+    /// once, and at least one entry.
     pub fn parse(s: &str) -> Result<Self, SpecError> {
-        let mut limits: Vec<RateLimit> = Vec::new();
+        let mut parsed = Self::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let limit: RateLimit = part.parse()?;
-            if limits.iter().any(|l| l.layer == limit.layer) {
-                return Err(SpecError(format!("layer {} is given twice", limit.layer)));
+            match part.split_once('=') {
+                Some((layer, value)) if value.trim() == OFF => {
+                    let layer: Layer = layer.trim().parse()?;
+                    parsed.add_layer(layer)?;
+                    parsed.off.push(layer);
+                }
+                _ => {
+                    let limit: RateLimit = part.parse()?;
+                    parsed.add_layer(limit.layer)?;
+                    parsed.limits.push(limit);
+                }
             }
-            limits.push(limit);
         }
-        limits.sort_by_key(|l| l.layer);
-        Ok(Self(limits))
+        if parsed.limits.is_empty() && parsed.off.is_empty() {
+            return Err(SpecError(
+                "no layers given: write at least one, e.g. ip=10/1h, or <layer>=off (e.g. global=off) to run a layer unlimited on purpose".into(),
+            ));
+        }
+        parsed.limits.sort_by_key(|l| l.layer);
+        parsed.off.sort();
+        Ok(parsed)
     }
 
-    /// The limit for `layer`, if configured.
+    /// Refuses a layer already given, as a limit or as `off`.
+    fn add_layer(&self, layer: Layer) -> Result<(), SpecError> {
+        if self.get(layer).is_some() || self.is_off(layer) {
+            return Err(SpecError(format!(
+                "layer {layer} is given twice (a layer is either off or has one limit)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The limit for `layer`, if configured (never for a layer that is off).
     pub fn get(&self, layer: Layer) -> Option<&RateLimit> {
-        self.0.iter().find(|l| l.layer == layer)
+        self.limits.iter().find(|l| l.layer == layer)
     }
 
+    /// Whether the operator wrote `<layer>=off`: the layer counts nothing, on purpose.
+    pub fn is_off(&self, layer: Layer) -> bool {
+        self.off.contains(&layer)
+    }
+
+    /// The configured limits (layers that are off are not among them).
     pub fn iter(&self) -> impl Iterator<Item = &RateLimit> {
-        self.0.iter()
+        self.limits.iter()
     }
 }
 
 impl fmt::Display for RateLimits {
+    /// The canonical form, in check order; `RateLimits::parse` reads it back unchanged.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, l) in self.0.iter().enumerate() {
+        let mut entries: Vec<(Layer, String)> = self
+            .limits
+            .iter()
+            .map(|l| (l.layer, l.to_string()))
+            .chain(self.off.iter().map(|l| (*l, format!("{l}={OFF}"))))
+            .collect();
+        entries.sort_by_key(|(layer, _)| *layer);
+        for (i, (_, entry)) in entries.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
-            write!(f, "{l}")?;
+            f.write_str(entry)?;
         }
         Ok(())
     }
@@ -236,6 +286,62 @@ mod tests {
             "ip=10/h",
         ] {
             assert!(RateLimits::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn a_list_without_entries_is_refused() {
+        for empty in ["", ",", " , ", ",,,"] {
+            let err = RateLimits::parse(empty).unwrap_err();
+            assert!(err.to_string().contains("=off"), "{empty:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn off_marks_a_layer_unlimited_on_purpose() {
+        let l = RateLimits::parse("global=off, ip=10/1h").unwrap();
+        assert!(l.get(Layer::Global).is_none());
+        assert!(l.is_off(Layer::Global));
+        assert!(!l.is_off(Layer::Ip) && !l.is_off(Layer::Client));
+        assert_eq!(l.iter().count(), 1);
+        assert_eq!(l.to_string(), "ip=10/1h,global=off");
+        assert_eq!(RateLimits::parse(&l.to_string()).unwrap(), l);
+        // Only `off` entries: explicit, so allowed.
+        let none = RateLimits::parse("ip=off,global=off").unwrap();
+        assert_eq!(none.iter().count(), 0);
+        assert_eq!(none.to_string(), "ip=off,global=off");
+        assert_eq!(RateLimits::parse(&none.to_string()).unwrap(), none);
+    }
+
+    #[test]
+    fn a_layer_is_either_off_or_limited() {
+        for bad in [
+            "global=off,global=10/1h",
+            "global=10/1h,global=off",
+            "global=off,global=off",
+            "global=of",
+            "global=OFF",
+            "=off",
+        ] {
+            assert!(RateLimits::parse(bad).is_err(), "{bad} should be refused");
+        }
+        assert!(
+            RateLimit::from_str("global=off").is_err(),
+            "off is not a limit"
+        );
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for spec in [
+            "ip=10/1h,global=2000/1d",
+            "ip=300/1m,client=60/1m",
+            "ip=5/90s,client=off,global=3/1d",
+            "client=off",
+        ] {
+            let l = RateLimits::parse(spec).unwrap();
+            assert_eq!(l.to_string(), spec);
+            assert_eq!(RateLimits::parse(&l.to_string()).unwrap(), l);
         }
     }
 
