@@ -48,7 +48,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
@@ -473,10 +472,7 @@ impl Ledger {
             .set_transact_items(Some(items))
             .client_request_token(token)
             .customize()
-            .config_override(
-                aws_sdk_dynamodb::Config::builder()
-                    .retry_config(RetryConfig::standard().with_max_attempts(1)),
-            )
+            .config_override(tollgate::aws::dynamodb_one_attempt())
             .send()
             .await;
         let e = match result {
