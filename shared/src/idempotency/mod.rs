@@ -256,9 +256,7 @@ impl IdempotencyStore {
             .key(PK, AttributeValue::S(scope.pk().into()))
             .consistent_read(true)
             .customize()
-            .config_override(aws_sdk_dynamodb::Config::builder().retry_config(
-                aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(1),
-            ))
+            .config_override(crate::aws::dynamodb_one_attempt())
             .send()
             .await
             .map_err(|e| store_error("read", e))?;
