@@ -127,7 +127,11 @@ impl SecretStore {
         self.load(source, Read::Refused { refused, period }).await
     }
 
-    async fn load(&self, source: &SecretSource, read: Read<'_>) -> Result<SecretString, SecretError> {
+    async fn load(
+        &self,
+        source: &SecretSource,
+        read: Read<'_>,
+    ) -> Result<SecretString, SecretError> {
         let name = match source {
             SecretSource::Value(v) => return Ok(v.clone()),
             SecretSource::Ssm { name } => name,

@@ -61,7 +61,9 @@ async fn same_key_twice_one_upstream_call_same_secret_one_quota_unit() {
 #[tokio::test]
 async fn the_record_never_outlives_the_secret() {
     let h = SessionHarness::new(&[]).await;
-    let req = || SessionHarness::post("192.0.2.22", None).header("idempotency-key", "7f3c1a52-record-expiry");
+    let req = || {
+        SessionHarness::post("192.0.2.22", None).header("idempotency-key", "7f3c1a52-record-expiry")
+    };
     assert_eq!(h.send(req().request()).await.status(), 200);
     // The stand-in's secrets expire 600 s after the tests' start.
     h.clock.advance(Duration::from_secs(598));
@@ -83,7 +85,9 @@ async fn the_record_never_outlives_the_secret() {
 async fn a_duplicate_during_the_upstream_call_gets_409_and_a_failure_frees_the_key() {
     let h = Arc::new(SessionHarness::new(&[("UPSTREAM_TIMEOUT_SECONDS", "5")]).await);
     h.openai.then([Answer::Slow(Duration::from_millis(1_500))]);
-    let req = || SessionHarness::post("192.0.2.23", None).header("idempotency-key", "slow-0001-4b8a-9f0e");
+    let req = || {
+        SessionHarness::post("192.0.2.23", None).header("idempotency-key", "slow-0001-4b8a-9f0e")
+    };
     let first = {
         let h = h.clone();
         let r = req().request();
@@ -177,7 +181,10 @@ async fn the_store_recognises_its_own_claim_after_a_lost_reply() {
     // Another request's claim still sees the record as taken (now completed).
     clock.advance(Duration::from_secs(1));
     assert!(matches!(
-        store.claim(&scope, "fp", Duration::from_secs(30)).await.unwrap(),
+        store
+            .claim(&scope, "fp", Duration::from_secs(30))
+            .await
+            .unwrap(),
         Claim::Existing(_)
     ));
 }

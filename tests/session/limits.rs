@@ -200,9 +200,8 @@ async fn refused_requests_count_in_ip_but_never_in_global() {
     assert_eq!(h.counter_sum("#ip#").await, 3, "each 400 costs an ip unit");
     assert_eq!(h.counter_sum("#global#").await, 0, "and no global unit");
 
-    let cedar = || {
-        SessionHarness::post(ip, Some(r#"{"voice":"cedar"}"#)).header("idempotency-key", key)
-    };
+    let cedar =
+        || SessionHarness::post(ip, Some(r#"{"voice":"cedar"}"#)).header("idempotency-key", key);
     assert_eq!(h.send(cedar().request()).await.status(), 200);
     assert_eq!(
         (h.counter_sum("#ip#").await, h.counter_sum("#global#").await),
@@ -269,7 +268,10 @@ async fn a_reconnect_loop_of_invalid_bodies_never_moves_global() {
         assert_eq!(h.counter_sum("#global#").await, 0, "{statuses:?}");
         h.clock.advance(Duration::from_secs(3));
     }
-    assert_eq!(statuses[&400], 100, "ten per one-minute window: {statuses:?}");
+    assert_eq!(
+        statuses[&400], 100,
+        "ten per one-minute window: {statuses:?}"
+    );
     assert_eq!(statuses[&429], 100, "{statuses:?}");
     assert_eq!(h.openai.calls().await, 0);
 }

@@ -5,15 +5,15 @@
 //! 1. kill switch, client address, internal token ([`Gate::front`]);
 //! 2. cooldowns: while the provider is failing, or refusing our API key, answer 503 at once
 //!    (no quota used, no upstream or SSM call);
-//! 3. the `ip` layer (skipped for internal callers): it counts every request, valid or not
-//!    (lesson 002);
-//! 4. the body (an optional voice from the allowlist) and the optional `Idempotency-Key` (one
-//!    key, at least 16 characters): a 400 here costs its `ip` unit and nothing else;
-//! 5. the `global` layer, the spend cap: it counts only requests that will call upstream;
-//! 6. the idempotency claim (two-phase, scoped to the client address): a retry after a lost
+//! 3. the body (an optional voice from the allowlist) and the optional `Idempotency-Key` (one
+//!    key, at least 16 characters), checked here and answered after the `ip` layer;
+//! 4. limits: `ip` (skipped for internal callers) counts every request, valid or not (lesson
+//!    002), so a 400 costs its `ip` unit; `global`, the spend cap, counts only valid requests,
+//!    the ones that will call upstream;
+//! 5. the idempotency claim (two-phase, scoped to the client address): a retry after a lost
 //!    response gets the same unexpired secret back, with all its quota given back; a 409 or 422
 //!    gets its `global` unit back;
-//! 7. the API key (SSM, cached) and the upstream call.
+//! 6. the API key (SSM, cached) and the upstream call.
 //!
 //! A failure on our side (upstream, secret store, our tables) gives the caller's quota back, so
 //! an outage never locks a caller out (lesson 000), and frees the idempotency key for a retry.
@@ -21,8 +21,8 @@
 use http::header::{HeaderValue, CACHE_CONTROL};
 use http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use serde::Serialize;
 use secrecy::ExposeSecret;
+use serde::Serialize;
 use serde_json::Value;
 use tollgate::config::SecretSource;
 use tollgate::cooldown::Cooldown;
@@ -72,16 +72,16 @@ impl Sessions {
         let caller = gate.front(req).await?;
         self.cooling_down()?;
         let ip = caller.addr.to_string();
-        gate.limit(admission, &caller, &[(Layer::Ip, &ip)]).await?;
-
-        let (voice, canonical) = self.voice(body_bytes(req, gate.settings.max_body_bytes)?)?;
-        // Scoped to the address, which others may share (a NAT): a guessable key would hand
-        // one person's secret to another, so it must be long.
-        let key = IdempotencyKey::from_headers(req.headers())?
-            .map(IdempotencyKey::unguessable)
-            .transpose()?;
-        gate.limit(admission, &caller, &[(Layer::Global, "")])
-            .await?;
+        // Validated first but answered after the `ip` layer: an invalid request costs its `ip`
+        // unit (lesson 002) and no `global` unit, since it never calls upstream. A valid one is
+        // counted in both with one check, so a full layer in the block cache costs no write.
+        let parsed = self.parse(gate, req);
+        let layers: &[(Layer, &str)] = match parsed {
+            Ok(_) => &[(Layer::Ip, &ip), (Layer::Global, "")],
+            Err(_) => &[(Layer::Ip, &ip)],
+        };
+        gate.limit(admission, &caller, layers).await?;
+        let (voice, canonical, key) = parsed?;
 
         let lease = match &key {
             None => None,
@@ -135,6 +135,21 @@ impl Sessions {
                 Err(e)
             }
         }
+    }
+
+    /// The voice, the body as a value for the fingerprint, and the `Idempotency-Key` if any.
+    fn parse(
+        &self,
+        gate: &Gate,
+        req: &Request,
+    ) -> Result<(String, Value, Option<IdempotencyKey>), ApiError> {
+        let (voice, canonical) = self.voice(body_bytes(req, gate.settings.max_body_bytes)?)?;
+        // Scoped to the address, which others may share (a NAT): a guessable key would hand
+        // one person's secret to another, so it must be long.
+        let key = IdempotencyKey::from_headers(req.headers())?
+            .map(IdempotencyKey::unguessable)
+            .transpose()?;
+        Ok((voice, canonical, key))
     }
 
     /// 503 while a cooldown runs: the upstream failing, or refusing our API key.
