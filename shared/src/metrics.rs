@@ -29,6 +29,9 @@ pub enum Event<'a> {
     IdempotentReplay,
     /// The upstream failed and a cooldown started.
     UpstreamFailure,
+    /// The upstream refused our API key, also as freshly read from the secret store, and the
+    /// longer key cooldown started: nothing heals until an operator puts a valid key in place.
+    UpstreamKeyRefused,
     /// A request was answered 503 because of a running cooldown.
     Cooldown,
     /// Any 5xx answer.
@@ -43,6 +46,7 @@ impl Event<'_> {
             Event::KillSwitchDenied => "KillSwitchDenied",
             Event::IdempotentReplay => "IdempotentReplay",
             Event::UpstreamFailure => "UpstreamFailure",
+            Event::UpstreamKeyRefused => "UpstreamKeyRefused",
             Event::Cooldown => "Cooldown",
             Event::Status5xx => "Status5xx",
         }
@@ -139,5 +143,16 @@ mod tests {
             json!([["Function"]])
         );
         assert!(v.get("Layer").is_none());
+    }
+
+    #[test]
+    fn a_refused_key_is_its_own_metric() {
+        let v: Value =
+            serde_json::from_str(&line("ephemeral-key", Event::UpstreamKeyRefused, 1)).unwrap();
+        assert_eq!(v["UpstreamKeyRefused"], 1);
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"],
+            "UpstreamKeyRefused"
+        );
     }
 }

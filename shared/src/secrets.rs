@@ -6,6 +6,8 @@
 //!   SSM problem must not take the API down.
 //! - With no value at all the caller gets [`SecretError::Unavailable`] (503 + `Retry-After`) and
 //!   SSM is left alone until the cooldown ends (lesson 003: no retry storm).
+//! - When a provider refuses a value (a rotated API key), [`SecretStore::refetch_refused`]
+//!   reads it anew once for all the requests it refused, and at most once per period.
 //! - Failures are classified. Throttling, 5xx, network and timeouts are temporary; a missing
 //!   parameter, denied access or a validation error will not heal by retrying and surface as
 //!   [`SecretError::Misconfigured`] (500), logged with the parameter name for the operator, and
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use aws_sdk_ssm::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ssm::operation::get_parameter::GetParameterError;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::clock::{SharedClock, UnixMillis};
 use crate::config::SecretSource;
@@ -45,6 +47,23 @@ struct Entry {
     value: Option<SecretString>,
     fetched_at_ms: UnixMillis,
     last_failure: Option<Failure>,
+    /// When SSM was last asked because a provider refused the value
+    /// ([`SecretStore::refetch_refused`]).
+    refused_read_ms: Option<UnixMillis>,
+}
+
+/// How [`SecretStore::load`] may use the cache.
+#[derive(Debug, Clone, Copy)]
+enum Read<'a> {
+    /// The cached value while fresh.
+    Cached,
+    /// Always ask SSM (cooldowns permitting).
+    Fresh,
+    /// A provider refused `refused`: ask SSM unless another request already did.
+    Refused {
+        refused: &'a SecretString,
+        period: Duration,
+    },
 }
 
 /// Cached access to SSM parameters.
@@ -78,16 +97,41 @@ impl SecretStore {
 
     /// The secret's value, from cache while fresh.
     pub async fn get(&self, source: &SecretSource) -> Result<SecretString, SecretError> {
-        self.load(source, false).await
+        self.load(source, Read::Cached).await
     }
 
-    /// The secret's value fetched anew (a provider refused the cached one: it may have been
-    /// rotated). Still honours a running cooldown.
+    /// The secret's value fetched anew (it may have been rotated). Still honours a running
+    /// cooldown.
     pub async fn refetch(&self, source: &SecretSource) -> Result<SecretString, SecretError> {
-        self.load(source, true).await
+        self.load(source, Read::Fresh).await
     }
 
-    async fn load(&self, source: &SecretSource, force: bool) -> Result<SecretString, SecretError> {
+    /// The secret's value read anew because a provider refused `refused`, the value this store
+    /// handed out: it may have been rotated. Single flight and bounded in time (lesson 003):
+    ///
+    /// - when the cached value is no longer `refused`, another request has read a new one
+    ///   already, and it is returned without asking SSM;
+    /// - SSM is asked for this reason at most once per `period` per parameter; within it the
+    ///   cached value comes back as it is, so a key the provider keeps refusing costs one read
+    ///   per period per process, however many requests it refuses, concurrent or not.
+    ///
+    /// The caller compares the answer with `refused`: the same value means SSM holds the very
+    /// key the provider refused. A running fetch cooldown is honoured; a plain value (no SSM)
+    /// comes back unchanged.
+    pub async fn refetch_refused(
+        &self,
+        source: &SecretSource,
+        refused: &SecretString,
+        period: Duration,
+    ) -> Result<SecretString, SecretError> {
+        self.load(source, Read::Refused { refused, period }).await
+    }
+
+    async fn load(
+        &self,
+        source: &SecretSource,
+        read: Read<'_>,
+    ) -> Result<SecretString, SecretError> {
         let name = match source {
             SecretSource::Value(v) => return Ok(v.clone()),
             SecretSource::Ssm { name } => name,
@@ -102,11 +146,22 @@ impl SecretStore {
         // One fetch per parameter at a time: the others wait here and then find it cached.
         let mut entry = slot.lock().await;
         let now = self.clock.now_ms();
-        let fresh = !force
-            && entry.value.is_some()
-            && now.saturating_sub(entry.fetched_at_ms) < self.ttl.as_millis() as u64;
-        if fresh {
-            return Ok(entry.value.clone().expect("checked above"));
+        match (read, &entry.value) {
+            (Read::Cached, Some(value))
+                if now.saturating_sub(entry.fetched_at_ms) < self.ttl.as_millis() as u64 =>
+            {
+                return Ok(value.clone());
+            }
+            (Read::Refused { refused, period }, Some(value)) => {
+                let read_lately = entry
+                    .refused_read_ms
+                    .is_some_and(|at| now.saturating_sub(at) < period.as_millis() as u64);
+                if value.expose_secret() != refused.expose_secret() || read_lately {
+                    return Ok(value.clone());
+                }
+                entry.refused_read_ms = Some(now);
+            }
+            _ => {}
         }
         if let Some(retry_after) = self.cooldown.remaining(name) {
             return self.stale_or(&entry, retry_after);

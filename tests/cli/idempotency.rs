@@ -110,11 +110,14 @@ async fn a_stored_response_is_shown_until_it_expires() {
     assert!(line.contains("no live record"), "{line}");
 }
 
+/// A session key as the function accepts them (at least 16 characters).
+const SESSION_KEY: &str = "3f2b8c1e-7d4a-4e9b-a1c6-5e8f0d2b7a91";
+
 #[tokio::test]
 async fn session_records_are_scoped_to_the_client_address() {
     let cli = TestCli::new().await;
     let sessions = store(&cli, "SessionIdempotencyTable");
-    let scope = Scope::new("2001:db8::/64", "POST /session", &key("s-1"));
+    let scope = Scope::new("2001:db8::/64", "POST /session", &key(SESSION_KEY));
     let response = StoredResponse {
         status: 200,
         headers: vec![],
@@ -131,7 +134,7 @@ async fn session_records_are_scoped_to_the_client_address() {
             "--route",
             "post  /session",
             "--key",
-            "s-1",
+            SESSION_KEY,
         ])
         .await;
     assert_eq!(shown["status"], 200);

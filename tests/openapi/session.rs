@@ -9,6 +9,7 @@ use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::openai::Answer;
 use tollgate_tests::session::SessionHarness;
+use tollgate_tests::ssm::{Reply, SsmStandIn};
 
 use crate::spec::Checker;
 
@@ -32,7 +33,7 @@ pub async fn session_minted_replayed_and_reused(c: &Checker) {
     let cedar = json!({"voice": "cedar"});
     let with_key = || {
         SessionHarness::post("192.0.2.30", Some(&cedar.to_string()))
-            .header("idempotency-key", "s-1")
+            .header("idempotency-key", "0b6f6a3e-4c4e-4b8a-9f0e-3d2c1b0a9f8e")
     };
     let first = h.send(with_key().request()).await;
     assert_eq!(first.status(), 200);
@@ -46,7 +47,7 @@ pub async fn session_minted_replayed_and_reused(c: &Checker) {
     let reused = h
         .send(
             SessionHarness::post("192.0.2.30", Some(r#"{"voice":"marin"}"#))
-                .header("idempotency-key", "s-1")
+                .header("idempotency-key", "0b6f6a3e-4c4e-4b8a-9f0e-3d2c1b0a9f8e")
                 .request(),
         )
         .await;
@@ -82,9 +83,15 @@ pub async fn session_bad_requests(c: &Checker) {
         SessionHarness::post("192.0.2.31", Some(r#"{"voice":"marin","voice":"cedar"}"#)),
         SessionHarness::post("192.0.2.31", Some("nope")),
     ];
-    for key in ["", "has space", &"k".repeat(256)] {
+    // Malformed keys, a key too short to be unguessable, and two keys.
+    for key in ["", "has space", &"k".repeat(256), "reconnect-1"] {
         requests.push(SessionHarness::post("192.0.2.31", None).header("idempotency-key", key));
     }
+    requests.push(
+        SessionHarness::post("192.0.2.31", None)
+            .header("idempotency-key", "0b6f6a3e-4c4e-4b8a-9f0e-3d2c1b0a9f8e")
+            .append_header("idempotency-key", "7d444840-9dc0-11d1-b245-5ffdce74fad2"),
+    );
     for req in requests {
         let resp = h.send(req.request()).await;
         assert_eq!(resp.status(), 400);
@@ -103,7 +110,10 @@ pub async fn session_bad_requests(c: &Checker) {
 pub async fn session_in_progress(c: &Checker) {
     let h = Arc::new(SessionHarness::new(&[("UPSTREAM_TIMEOUT_SECONDS", "5")]).await);
     h.openai.then([Answer::Slow(Duration::from_millis(1_500))]);
-    let req = || SessionHarness::post("192.0.2.32", None).header("idempotency-key", "slow");
+    let req = || {
+        SessionHarness::post("192.0.2.32", None)
+            .header("idempotency-key", "slow-4c4e-4b8a-9f0e-3d2c1b0a")
+    };
     let first = {
         let h = h.clone();
         let r = req().request();
@@ -193,13 +203,24 @@ pub async fn session_upstream_failures(c: &Checker) {
     assert_eq!(cooling.status(), 503);
     c.check(SESSION, &cooling);
 
+    // A refused API key: 503 and the longer key cooldown.
     h.clock.advance(Duration::from_secs(6));
     h.openai.then([Answer::Status(401), Answer::Status(401)]);
     let refused = h
         .send(SessionHarness::post("192.0.2.35", None).request())
         .await;
-    assert_eq!(refused.status(), 500);
+    assert_eq!(refused.status(), 503);
+    assert_eq!(code(&refused), "temporarily_unavailable");
     c.check(SESSION, &refused);
+
+    // A misconfigured deployment: the key's SSM parameter does not exist.
+    let ssm = SsmStandIn::start(Reply::Error(400, "ParameterNotFound".into())).await;
+    let h = SessionHarness::with_ssm(&[], &ssm).await;
+    let misconfigured = h
+        .send(SessionHarness::post("192.0.2.35", None).request())
+        .await;
+    assert_eq!(misconfigured.status(), 500);
+    c.check(SESSION, &misconfigured);
 }
 
 pub async fn session_routing(c: &Checker) {

@@ -4,16 +4,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate::idempotency::{Claim, IdempotencyKey, IdempotencyStore, Scope, StoredResponse};
+use tollgate_tests::dynamo;
+use tollgate_tests::fault_proxy::{Fault, FaultProxy};
 use tollgate_tests::json_body;
 use tollgate_tests::openai::Answer;
 use tollgate_tests::session::SessionHarness;
+
+/// A key of the kind the contract asks for (a UUID v4).
+const KEY: &str = "3f2b8c1e-7d4a-4e9b-a1c6-5e8f0d2b7a91";
 
 #[tokio::test]
 async fn same_key_twice_one_upstream_call_same_secret_one_quota_unit() {
     let h = SessionHarness::new(&[]).await;
     let req = || {
         SessionHarness::post("192.0.2.20", Some(r#"{"voice":"cedar"}"#))
-            .header("idempotency-key", "reconnect-1")
+            .header("idempotency-key", "reconnect-0001-4c4e-9f0e")
     };
     let first = h.send(req().request()).await;
     assert_eq!(first.status(), 200);
@@ -30,7 +36,7 @@ async fn same_key_twice_one_upstream_call_same_secret_one_quota_unit() {
     let other = h
         .send(
             SessionHarness::post("192.0.2.21", Some(r#"{"voice":"cedar"}"#))
-                .header("idempotency-key", "reconnect-1")
+                .header("idempotency-key", "reconnect-0001-4c4e-9f0e")
                 .request(),
         )
         .await;
@@ -44,7 +50,7 @@ async fn same_key_twice_one_upstream_call_same_secret_one_quota_unit() {
     let reused = h
         .send(
             SessionHarness::post("192.0.2.20", Some(r#"{"voice":"marin"}"#))
-                .header("idempotency-key", "reconnect-1")
+                .header("idempotency-key", "reconnect-0001-4c4e-9f0e")
                 .request(),
         )
         .await;
@@ -55,7 +61,9 @@ async fn same_key_twice_one_upstream_call_same_secret_one_quota_unit() {
 #[tokio::test]
 async fn the_record_never_outlives_the_secret() {
     let h = SessionHarness::new(&[]).await;
-    let req = || SessionHarness::post("192.0.2.22", None).header("idempotency-key", "k");
+    let req = || {
+        SessionHarness::post("192.0.2.22", None).header("idempotency-key", "7f3c1a52-record-expiry")
+    };
     assert_eq!(h.send(req().request()).await.status(), 200);
     // The stand-in's secrets expire 600 s after the tests' start.
     h.clock.advance(Duration::from_secs(598));
@@ -77,7 +85,9 @@ async fn the_record_never_outlives_the_secret() {
 async fn a_duplicate_during_the_upstream_call_gets_409_and_a_failure_frees_the_key() {
     let h = Arc::new(SessionHarness::new(&[("UPSTREAM_TIMEOUT_SECONDS", "5")]).await);
     h.openai.then([Answer::Slow(Duration::from_millis(1_500))]);
-    let req = || SessionHarness::post("192.0.2.23", None).header("idempotency-key", "slow");
+    let req = || {
+        SessionHarness::post("192.0.2.23", None).header("idempotency-key", "slow-0001-4b8a-9f0e")
+    };
     let first = {
         let h = h.clone();
         let r = req().request();
@@ -103,7 +113,7 @@ async fn a_duplicate_during_the_upstream_call_gets_409_and_a_failure_frees_the_k
     let failed = h
         .send(
             SessionHarness::post("192.0.2.23", None)
-                .header("idempotency-key", "fails")
+                .header("idempotency-key", "fails-0001-4b8a-9f0e")
                 .request(),
         )
         .await;
@@ -112,10 +122,133 @@ async fn a_duplicate_during_the_upstream_call_gets_409_and_a_failure_frees_the_k
     let retried = h
         .send(
             SessionHarness::post("192.0.2.23", None)
-                .header("idempotency-key", "fails")
+                .header("idempotency-key", "fails-0001-4b8a-9f0e")
                 .request(),
         )
         .await;
     assert_eq!(retried.status(), 200);
     assert!(retried.headers().get("idempotent-replayed").is_none());
+}
+
+/// The claim's `PutItem` commits but its reply is lost; the SDK sends it again and finds the
+/// request's own record. That is our claim, not a duplicate: 200 and one upstream call.
+#[tokio::test]
+async fn a_lost_claim_reply_is_our_own_claim_not_a_409() {
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let (ddb, counter) = dynamo::client_at(&proxy.endpoint());
+    let h = SessionHarness::build_with(ddb, counter, &[], None).await;
+    proxy.arm("PutItem", Fault::DropResponseAfterCommit);
+    let req = || SessionHarness::post("192.0.2.24", None).header("idempotency-key", KEY);
+    let resp = h.send(req().request()).await;
+    assert_eq!(resp.status(), 200, "{}", tollgate_tests::text_body(&resp));
+    assert_eq!(proxy.fired(), 1);
+    assert!(proxy.seen("PutItem") >= 2, "the SDK sent the claim again");
+    assert_eq!(h.openai.calls().await, 1);
+
+    // The record was completed under the key: the client's own retry is a replay.
+    let again = h.send(req().request()).await;
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.body().as_ref(), resp.body().as_ref());
+    assert_eq!(h.openai.calls().await, 1);
+}
+
+/// The same, at the store: the resent claim acquires, and its lease completes the record.
+#[tokio::test]
+async fn the_store_recognises_its_own_claim_after_a_lost_reply() {
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let (direct, _) = dynamo::client();
+    let tables = dynamo::Tables::create(&direct).await;
+    let (ddb, _) = dynamo::client_at(&proxy.endpoint());
+    let (clock, shared) = tollgate_tests::manual_clock();
+    let store = IdempotencyStore::new(ddb, &tables.idempotency, shared, Duration::from_secs(600));
+    let key = IdempotencyKey::parse(Some(KEY.as_bytes())).unwrap();
+    let scope = Scope::new("192.0.2.25", "POST /session", &key);
+    proxy.arm("PutItem", Fault::DropResponseAfterCommit);
+    let Claim::Acquired(lease) = store
+        .claim(&scope, "fp", Duration::from_secs(30))
+        .await
+        .unwrap()
+    else {
+        panic!("the resent claim finds our own record: acquired");
+    };
+    assert_eq!(proxy.fired(), 1);
+    let ok = StoredResponse {
+        status: 200,
+        headers: vec![],
+        body: b"{}".to_vec(),
+    };
+    store.complete(&lease, &ok, None).await.unwrap();
+    // Another request's claim still sees the record as taken (now completed).
+    clock.advance(Duration::from_secs(1));
+    assert!(matches!(
+        store
+            .claim(&scope, "fp", Duration::from_secs(30))
+            .await
+            .unwrap(),
+        Claim::Existing(_)
+    ));
+}
+
+/// Session keys are scoped to the client address: behind one NAT, two people who send the
+/// same guessable key would get each other's secret. At least 16 characters.
+#[tokio::test]
+async fn a_session_key_shorter_than_16_characters_is_400() {
+    let h = SessionHarness::new(&[]).await;
+    for key in ["k", "reconnect-1", "\"fifteen-chars-x\"", "fifteen-chars-x"] {
+        let resp = h
+            .send(
+                SessionHarness::post("192.0.2.26", None)
+                    .header("idempotency-key", key)
+                    .request(),
+            )
+            .await;
+        assert_eq!(resp.status(), 400, "{key}");
+        let problem = json_body(&resp);
+        assert_eq!(problem["code"], "invalid_request");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("16"),
+            "{problem}"
+        );
+    }
+    assert_eq!(h.openai.calls().await, 0);
+    assert_eq!(h.records().await, 0, "nothing stored");
+
+    let sixteen = SessionHarness::post("192.0.2.26", None)
+        .header("idempotency-key", "sixteen-chars-xx")
+        .request();
+    assert_eq!(h.send(sixteen).await.status(), 200);
+}
+
+/// Two `Idempotency-Key` fields, or one holding a list, name no single key: 400.
+#[tokio::test]
+async fn two_keys_or_a_list_of_keys_are_400_and_nothing_happens() {
+    let h = SessionHarness::new(&[]).await;
+    let other = "9a7b6c5d-4e3f-4a1b-8c2d-1e0f9a8b7c6d";
+    let post = || SessionHarness::post("192.0.2.27", None);
+    for req in [
+        post()
+            .header("idempotency-key", KEY)
+            .append_header("idempotency-key", other),
+        post().header("idempotency-key", &format!("{KEY},{other}")),
+        post().header("idempotency-key", &format!("{KEY}, {other}")),
+        post().header("idempotency-key", &format!("\"{KEY}\", \"{other}\"")),
+    ] {
+        let resp = h.send(req.request()).await;
+        assert_eq!(resp.status(), 400, "{:?}", req.to_json()["headers"]);
+        let problem = json_body(&resp);
+        assert_eq!(problem["code"], "invalid_request");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("exactly one"),
+            "{problem}"
+        );
+    }
+    assert_eq!(h.openai.calls().await, 0);
+    assert_eq!(h.records().await, 0, "nothing stored");
+
+    // A comma inside a quoted key is part of the one key.
+    let quoted = post()
+        .header("idempotency-key", &format!("\"{KEY},{other}\""))
+        .request();
+    assert_eq!(h.send(quoted).await.status(), 200);
+    assert_eq!(h.records().await, 1);
 }

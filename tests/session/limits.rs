@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use serde_json::json;
 use tollgate::clock::Clock;
-
+use tollgate::idempotency::{fingerprint, Claim, IdempotencyKey, Scope};
 use tollgate::kill_switch::KillSwitch;
 use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
@@ -174,4 +175,103 @@ async fn routes_and_methods() {
         h.send(Event::post("/session").request()).await.status(),
         404
     );
+}
+
+/// `ip` counts every request (lesson 002); `global`, the spend cap, only those that will call
+/// upstream: a 400, 409 or 422 spends no global unit, and a replay spends nothing.
+#[tokio::test]
+async fn refused_requests_count_in_ip_but_never_in_global() {
+    let h = SessionHarness::new(&[("SESSION_RATE_LIMITS", "ip=100/1h,global=2000/1d")]).await;
+    let ip = "192.0.2.40";
+    let key = "0b6f6a3e-4c4e-4b8a-9f0e-3d2c1b0a9f8e";
+    for (req, what) in [
+        (SessionHarness::post(ip, Some("nope")), "not JSON"),
+        (
+            SessionHarness::post(ip, Some(r#"{"voice":"alloy"}"#)),
+            "voice",
+        ),
+        (
+            SessionHarness::post(ip, None).header("idempotency-key", "has space"),
+            "key",
+        ),
+    ] {
+        assert_eq!(h.send(req.request()).await.status(), 400, "{what}");
+    }
+    assert_eq!(h.counter_sum("#ip#").await, 3, "each 400 costs an ip unit");
+    assert_eq!(h.counter_sum("#global#").await, 0, "and no global unit");
+
+    let cedar =
+        || SessionHarness::post(ip, Some(r#"{"voice":"cedar"}"#)).header("idempotency-key", key);
+    assert_eq!(h.send(cedar().request()).await.status(), 200);
+    assert_eq!(
+        (h.counter_sum("#ip#").await, h.counter_sum("#global#").await),
+        (4, 1)
+    );
+
+    // The same key with another body: 422, no global unit.
+    let reused = SessionHarness::post(ip, Some(r#"{"voice":"marin"}"#))
+        .header("idempotency-key", key)
+        .request();
+    assert_eq!(h.send(reused).await.status(), 422);
+    assert_eq!(
+        (h.counter_sum("#ip#").await, h.counter_sum("#global#").await),
+        (5, 1)
+    );
+
+    // A key another request of this address holds (its upstream call is running): 409, no
+    // global unit.
+    let busy = "7d444840-9dc0-11d1-b245-5ffdce74fad2";
+    let scope = Scope::new(
+        ip,
+        "POST /session",
+        &IdempotencyKey::parse(Some(busy.as_bytes())).unwrap(),
+    );
+    let claim = h
+        .app
+        .sessions
+        .idempotency
+        .claim(&scope, &fingerprint(&json!({})), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(claim, Claim::Acquired(_)));
+    let duplicate = SessionHarness::post(ip, None)
+        .header("idempotency-key", busy)
+        .request();
+    assert_eq!(h.send(duplicate).await.status(), 409);
+    assert_eq!(
+        (h.counter_sum("#ip#").await, h.counter_sum("#global#").await),
+        (6, 1)
+    );
+
+    // A replay costs nothing at all.
+    let replay = h.send(cedar().request()).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        (h.counter_sum("#ip#").await, h.counter_sum("#global#").await),
+        (6, 1)
+    );
+    assert_eq!(h.openai.calls().await, 1);
+}
+
+/// Lesson 000's client sending garbage: a broken body every 3 seconds for ten minutes fills its
+/// address's windows and never moves the spend cap.
+#[tokio::test]
+async fn a_reconnect_loop_of_invalid_bodies_never_moves_global() {
+    let h = SessionHarness::new(&[("SESSION_RATE_LIMITS", "ip=10/1m,global=2000/1d")]).await;
+    let start_ms = h.clock.now_ms();
+    let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+    while h.clock.now_ms() < start_ms + 600_000 {
+        let resp = h
+            .send(SessionHarness::post("198.51.100.9", Some(r#"{"voice":"alloy"}"#)).request())
+            .await;
+        *statuses.entry(resp.status().as_u16()).or_default() += 1;
+        assert_eq!(h.counter_sum("#global#").await, 0, "{statuses:?}");
+        h.clock.advance(Duration::from_secs(3));
+    }
+    assert_eq!(
+        statuses[&400], 100,
+        "ten per one-minute window: {statuses:?}"
+    );
+    assert_eq!(statuses[&429], 100, "{statuses:?}");
+    assert_eq!(h.openai.calls().await, 0);
 }

@@ -1,7 +1,10 @@
 //! What the function asks OpenAI for, and what it does while OpenAI is failing (lesson 003).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::join_all;
+use tollgate::clock::Clock;
 use tollgate_tests::json_body;
 use tollgate_tests::openai::{Answer, LEAK_MARKER};
 use tollgate_tests::session::{SessionHarness, SECRET_EXPIRES_AT};
@@ -186,7 +189,7 @@ async fn nothing_from_upstream_reaches_a_response() {
 #[tokio::test]
 async fn a_refused_key_is_fetched_again_once_and_a_rotated_key_works() {
     let ssm = SsmStandIn::start(Reply::Value("sk-old".into())).await;
-    let h = SessionHarness::with_ssm(&[], &ssm).await;
+    let h = SessionHarness::with_ssm(&[("UPSTREAM_AUTH_COOLDOWN_SECONDS", "60")], &ssm).await;
     assert_eq!(
         h.send(SessionHarness::post("192.0.2.16", None).request())
             .await
@@ -208,19 +211,118 @@ async fn a_refused_key_is_fetched_again_once_and_a_rotated_key_works() {
     assert_eq!(sent[1].headers["authorization"], "Bearer sk-old");
     assert_eq!(sent[2].headers["authorization"], "Bearer sk-new");
 
-    // Still refused with the fresh key: 500, one re-fetch, one retry, no storm.
-    h.openai.then([Answer::Status(401), Answer::Status(401)]);
+    // Later the new key is revoked too, and SSM still holds it: one fresh read finds the very
+    // key OpenAI refused, so there is nothing to retry with. 503 and a cooldown, not a 500.
+    h.clock.advance(Duration::from_secs(61));
+    h.openai.then([Answer::Status(401)]);
     let resp = h
         .send(SessionHarness::post("192.0.2.16", None).request())
         .await;
-    assert_eq!(resp.status(), 500);
-    assert_eq!(json_body(&resp)["code"], "internal_error");
-    assert_eq!(ssm.calls().await, 3);
-    assert_eq!(h.openai.calls().await, 5);
+    assert_eq!(resp.status(), 503);
+    assert_eq!(json_body(&resp)["code"], "temporarily_unavailable");
+    assert_eq!(resp.headers()["retry-after"], "60");
+    assert_eq!(ssm.calls().await, 3, "one fresh read");
+    assert_eq!(h.openai.calls().await, 4, "no retry with the same key");
     assert_eq!(
         h.counter_sum("#ip#").await,
         2,
-        "the failed request's quota was given back"
+        "the refused request's quota was given back"
+    );
+
+    // The cooldown: 503 at once, without OpenAI, SSM or quota.
+    h.clock.advance(Duration::from_secs(20));
+    let cooling = h
+        .send(SessionHarness::post("192.0.2.16", None).request())
+        .await;
+    assert_eq!(cooling.status(), 503);
+    assert_eq!(cooling.headers()["retry-after"], "40");
+    assert_eq!((ssm.calls().await, h.openai.calls().await), (3, 4));
+    assert_eq!(h.counter_sum("#ip#").await, 2);
+
+    // The operator puts a valid key into SSM; after the cooldown it is found and used.
+    ssm.set(Reply::Value("sk-newest".into()));
+    h.clock.advance(Duration::from_secs(40));
+    h.openai.then([Answer::Status(401)]);
+    let resp = h
+        .send(SessionHarness::post("192.0.2.16", None).request())
+        .await;
+    assert_eq!(resp.status(), 200);
+    let sent = h.openai.requests().await;
+    assert_eq!(sent.len(), 6);
+    assert_eq!(sent[4].headers["authorization"], "Bearer sk-new");
+    assert_eq!(sent[5].headers["authorization"], "Bearer sk-newest");
+    assert_eq!(ssm.calls().await, 4);
+}
+
+/// Lesson 003 for a refused key: OpenAI answers 401 to everything and SSM holds the refused
+/// key. Requests every 3 seconds must not each cost two upstream calls and an SSM read.
+#[tokio::test]
+async fn a_key_refused_even_fresh_from_ssm_cools_down_instead_of_storming() {
+    const COOLDOWN: u64 = 60;
+    let ssm = SsmStandIn::start(Reply::Value("sk-revoked".into())).await;
+    let h = SessionHarness::with_ssm(&[("UPSTREAM_AUTH_COOLDOWN_SECONDS", "60")], &ssm).await;
+    h.openai.set_default(Answer::Status(401));
+    let start_ms = h.clock.now_ms();
+    for i in 0..30u64 {
+        if i > 0 {
+            h.clock.advance(Duration::from_secs(3));
+        }
+        let resp = h
+            .send(SessionHarness::post("192.0.2.18", None).request())
+            .await;
+        assert_eq!(resp.status(), 503, "request {i}");
+        let body = json_body(&resp);
+        assert_eq!(body["code"], "temporarily_unavailable");
+        let retry_after: u64 = resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(body["retry_after"], retry_after);
+        // A cooldown starts at 0 s and 60 s; in between, the wait counts down.
+        let elapsed = (h.clock.now_ms() - start_ms) / 1000;
+        assert_eq!(retry_after, COOLDOWN - elapsed % COOLDOWN, "request {i}");
+        assert!(retry_after >= 1);
+        assert_eq!(h.counter_sum("#").await, 0, "request {i}: no quota spent");
+    }
+    let elapsed = (h.clock.now_ms() - start_ms) / 1000;
+    let periods = elapsed.div_ceil(COOLDOWN) as usize;
+    let (upstream, reads) = (h.openai.calls().await, ssm.calls().await);
+    assert!(
+        upstream <= 2 * periods,
+        "{upstream} upstream calls in {elapsed} s"
+    );
+    assert!(reads <= 1 + periods, "{reads} SSM reads in {elapsed} s");
+    assert!(upstream < 30 && reads < 30, "not one per request");
+}
+
+/// Concurrent refusals of the same cached key share one fresh read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_refusals_share_one_fresh_read_of_the_key() {
+    let ssm = SsmStandIn::start(Reply::Value("sk-revoked".into())).await;
+    let h = Arc::new(SessionHarness::with_ssm(&[], &ssm).await);
+    assert_eq!(
+        h.send(SessionHarness::post("192.0.2.19", None).request())
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(ssm.calls().await, 1);
+    h.openai.set_default(Answer::Status(401));
+    let answers = join_all((0..8).map(|i| {
+        let h = h.clone();
+        let req = SessionHarness::post(&format!("198.51.100.{}", 20 + i), None).request();
+        tokio::spawn(async move { h.send(req).await.status().as_u16() })
+    }))
+    .await;
+    let answers: Vec<u16> = answers.into_iter().map(Result::unwrap).collect();
+    assert_eq!(answers, vec![503; 8]);
+    assert_eq!(ssm.calls().await, 2, "one fresh read for all of them");
+    assert!(h.openai.calls().await <= 1 + 8, "at most one call each");
+    assert_eq!(
+        h.counter_sum("#").await,
+        2,
+        "only the minted request counts (ip and global)"
     );
 }
 

@@ -51,6 +51,22 @@ impl Event {
         self
     }
 
+    /// Adds one more field `name` (the header sent twice): the event's headers then carry a
+    /// list for it, which `lambda_http` turns into two values of one header, as a proxy that
+    /// keeps repeated fields apart would hand them over.
+    pub fn append_header(mut self, name: &str, value: &str) -> Self {
+        let value = Value::String(value.to_string());
+        match self.headers.get_mut(&name.to_ascii_lowercase()) {
+            Some(Value::Array(values)) => values.push(value),
+            Some(first) => *first = Value::Array(vec![first.take(), value]),
+            None => {
+                self.headers
+                    .insert(name.to_ascii_lowercase(), Value::Array(vec![value]));
+            }
+        }
+        self
+    }
+
     pub fn query(mut self, query: &str) -> Self {
         self.query = query.to_string();
         self

@@ -40,7 +40,19 @@ impl SessionHarness {
 
     async fn build(extra: &[(&str, &str)], ssm: Option<&SsmStandIn>) -> Self {
         let (ddb, counter) = dynamo::client();
-        let tables = Tables::create(&ddb).await;
+        Self::build_with(ddb, counter, extra, ssm).await
+    }
+
+    /// The function's DynamoDB client is `ddb` (e.g. through a fault proxy); the tables are made,
+    /// and read back by the tests, with a direct client.
+    pub async fn build_with(
+        ddb: aws_sdk_dynamodb::Client,
+        counter: RequestCounter,
+        extra: &[(&str, &str)],
+        ssm: Option<&SsmStandIn>,
+    ) -> Self {
+        let (direct, _) = dynamo::client();
+        let tables = Tables::create(&direct).await;
         let (clock, shared) = manual_clock();
         let openai = OpenAiStandIn::start(Answer::Secret {
             expires_at: SECRET_EXPIRES_AT,
@@ -58,11 +70,11 @@ impl SessionHarness {
         for (k, v) in extra {
             env.set(*k, *v);
         }
-        let app = App::from_env(&env, ddb.clone(), ssm.map(SsmStandIn::client), shared)
+        let app = App::from_env(&env, ddb, ssm.map(SsmStandIn::client), shared)
             .expect("valid test settings");
         Self {
             app,
-            ddb,
+            ddb: direct,
             counter,
             tables,
             clock,
@@ -81,6 +93,13 @@ impl SessionHarness {
 
     pub async fn send(&self, req: Request) -> Response<Body> {
         self.app.handle(req).await
+    }
+
+    /// How many idempotency records the table holds.
+    pub async fn records(&self) -> usize {
+        dynamo::scan_all(&self.ddb, &self.tables.idempotency)
+            .await
+            .len()
     }
 
     /// The stored counters whose key contains `needle`, summed.

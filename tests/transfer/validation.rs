@@ -1,5 +1,6 @@
 //! Bad input: 400 (or 413) with a precise detail, and nothing written.
 
+use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::transfer::TransferHarness;
 
@@ -133,4 +134,43 @@ async fn amounts_are_fingerprinted_exactly_up_to_the_largest_allowed() {
         .send(h.post(&alice, "k-over", &TransferHarness::body(&b, &a, EXACT + 1)))
         .await;
     assert_eq!(over.status(), 400);
+}
+
+/// Two `Idempotency-Key` fields, or one holding a list, name no single key: 400, nothing stored
+/// and no money moved (today the first field would silently win).
+#[tokio::test]
+async fn two_keys_or_a_list_of_keys_are_400_and_nothing_is_written() {
+    let h = TransferHarness::new().await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 1_000, "JPY").await;
+    let b = h.account(&alice, 0, "JPY").await;
+    let post = || {
+        Event::post("/transfers")
+            .header("authorization", &format!("Bearer {}", alice.token))
+            .header("content-type", "application/json")
+            .body(TransferHarness::body(&a, &b, 10))
+    };
+    for req in [
+        post()
+            .header("idempotency-key", "first")
+            .append_header("idempotency-key", "second"),
+        post().header("idempotency-key", "first,second"),
+        post().header("idempotency-key", "\"first\", \"second\""),
+    ] {
+        let resp = h.send(req.request()).await;
+        assert_eq!(resp.status(), 400, "{:?}", req.to_json()["headers"]);
+        let problem = json_body(&resp);
+        assert_eq!(problem["code"], "invalid_request");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("exactly one"),
+            "{problem}"
+        );
+    }
+    assert_eq!(h.count(&h.tables.idempotency).await, 0, "no key stored");
+    assert_eq!(h.count(&h.tables.transfers).await, 0);
+    assert_eq!((h.balance(&a).await, h.balance(&b).await), (1_000, 0));
+
+    // A comma inside a quoted key is part of the one key; transfer keys may be short.
+    let quoted = post().header("idempotency-key", "\"first,second\"");
+    assert_eq!(h.send(quoted.request()).await.status(), 201);
 }

@@ -21,6 +21,11 @@ pub struct SessionSettings {
     pub expires_after: Duration,
     /// Longest wait for the upstream's answer.
     pub upstream_timeout: Duration,
+    /// Pause after the upstream refused the API key even as freshly read from SSM
+    /// (`UPSTREAM_AUTH_COOLDOWN_SECONDS`). Longer than the upstream cooldown: a refused key
+    /// heals only when an operator replaces it, and each probe costs an upstream call and an
+    /// SSM read.
+    pub auth_cooldown: Duration,
     pub idempotency_table: String,
     /// Longest a record is kept; a record also never outlives its secret.
     pub idempotency_ttl: Duration,
@@ -81,6 +86,7 @@ impl SessionSettings {
             voices,
             expires_after,
             upstream_timeout: env.seconds_or("UPSTREAM_TIMEOUT_SECONDS", 5, 1)?,
+            auth_cooldown: env.seconds_or("UPSTREAM_AUTH_COOLDOWN_SECONDS", 60, 1)?,
             idempotency_table: env.string_or("IDEMPOTENCY_TABLE", DEFAULT_IDEMPOTENCY_TABLE),
             idempotency_ttl: env.seconds_or("IDEMPOTENCY_TTL_SECONDS", 86_400, 60)?,
         })

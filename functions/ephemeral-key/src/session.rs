@@ -3,11 +3,16 @@
 //! Anyone may call this route, and every secret it mints costs money, so the order matters:
 //!
 //! 1. kill switch, client address, internal token ([`Gate::front`]);
-//! 2. upstream cooldown: while the provider is failing, answer 503 at once (no quota used);
-//! 3. limits: `ip` (skipped for internal callers) and `global` (the spend cap);
-//! 4. the body (an optional voice from the allowlist) and the optional `Idempotency-Key`;
+//! 2. cooldowns: while the provider is failing, or refusing our API key, answer 503 at once
+//!    (no quota used, no upstream or SSM call);
+//! 3. the body (an optional voice from the allowlist) and the optional `Idempotency-Key` (one
+//!    key, at least 16 characters), checked here and answered after the `ip` layer;
+//! 4. limits: `ip` (skipped for internal callers) counts every request, valid or not (lesson
+//!    002), so a 400 costs its `ip` unit; `global`, the spend cap, counts only valid requests,
+//!    the ones that will call upstream;
 //! 5. the idempotency claim (two-phase, scoped to the client address): a retry after a lost
-//!    response gets the same unexpired secret back, with its quota given back;
+//!    response gets the same unexpired secret back, with all its quota given back; a 409 or 422
+//!    gets its `global` unit back;
 //! 6. the API key (SSM, cached) and the upstream call.
 //!
 //! A failure on our side (upstream, secret store, our tables) gives the caller's quota back, so
@@ -16,14 +21,15 @@
 use http::header::{HeaderValue, CACHE_CONTROL};
 use http::StatusCode;
 use lambda_http::{Body, Request, Response};
+use secrecy::ExposeSecret;
 use serde::Serialize;
 use serde_json::Value;
+use tollgate::config::SecretSource;
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
 use tollgate::http::{body_bytes, json_response};
 use tollgate::idempotency::{
     fingerprint, Claim, Existing, IdempotencyKey, IdempotencyStore, Lease, Scope, StoredResponse,
-    IDEMPOTENCY_KEY_HEADER,
 };
 use tollgate::json::strict_object;
 use tollgate::ratelimit::{Admission, Layer};
@@ -34,6 +40,8 @@ use crate::upstream::{ClientSecret, SecretRequest, Upstream, UpstreamError};
 
 /// The cooldown key of the upstream.
 const UPSTREAM: &str = "openai";
+/// The cooldown key of a refused API key (`UPSTREAM_AUTH_COOLDOWN_SECONDS`).
+const UPSTREAM_KEY: &str = "openai-api-key";
 /// The route idempotency keys are scoped to.
 const ROUTE: &str = "POST /session";
 
@@ -62,23 +70,18 @@ impl Sessions {
         admission: &mut Admission,
     ) -> Result<Response<Body>, ApiError> {
         let caller = gate.front(req).await?;
-        if let Some(retry_after) = self.cooldown.remaining(UPSTREAM) {
-            tracing::info!(
-                decision = "rejected",
-                layer = "upstream_cooldown",
-                "upstream cooling down"
-            );
-            return Err(ApiError::Unavailable { retry_after });
-        }
+        self.cooling_down()?;
         let ip = caller.addr.to_string();
-        gate.limit(admission, &caller, &[(Layer::Ip, &ip), (Layer::Global, "")])
-            .await?;
-
-        let (voice, canonical) = self.voice(body_bytes(req, gate.settings.max_body_bytes)?)?;
-        let key = match req.headers().get(IDEMPOTENCY_KEY_HEADER) {
-            None => None,
-            Some(v) => Some(IdempotencyKey::parse(Some(v.as_bytes()))?),
+        // Validated first but answered after the `ip` layer: an invalid request costs its `ip`
+        // unit (lesson 002) and no `global` unit, since it never calls upstream. A valid one is
+        // counted in both with one check, so a full layer in the block cache costs no write.
+        let parsed = self.parse(gate, req);
+        let layers: &[(Layer, &str)] = match parsed {
+            Ok(_) => &[(Layer::Ip, &ip), (Layer::Global, "")],
+            Err(_) => &[(Layer::Ip, &ip)],
         };
+        gate.limit(admission, &caller, layers).await?;
+        let (voice, canonical, key) = parsed?;
 
         let lease = match &key {
             None => None,
@@ -91,10 +94,18 @@ impl Sessions {
                 {
                     Ok(Claim::Acquired(lease)) => Some(lease),
                     Ok(Claim::Existing(existing)) => {
-                        if matches!(existing, Existing::Replay(_)) {
-                            // The retry of a request that already got its secret uses no quota.
-                            gate.limiter.refund(admission).await;
-                            tracing::info!(decision = "replayed", "idempotent replay");
+                        match existing {
+                            Existing::Replay(_) => {
+                                // The retry of a request that already got its secret uses no
+                                // quota.
+                                gate.limiter.refund(admission).await;
+                                tracing::info!(decision = "replayed", "idempotent replay");
+                            }
+                            // 409 or 422: no upstream call, so no spend; the address's unit
+                            // stays spent, as for any refused request.
+                            Existing::InProgress { .. } | Existing::KeyReused => {
+                                gate.limiter.refund_layer(admission, Layer::Global).await;
+                            }
                         }
                         return existing.into_result();
                     }
@@ -123,6 +134,38 @@ impl Sessions {
                 gate.limiter.refund(admission).await;
                 Err(e)
             }
+        }
+    }
+
+    /// The voice, the body as a value for the fingerprint, and the `Idempotency-Key` if any.
+    fn parse(
+        &self,
+        gate: &Gate,
+        req: &Request,
+    ) -> Result<(String, Value, Option<IdempotencyKey>), ApiError> {
+        let (voice, canonical) = self.voice(body_bytes(req, gate.settings.max_body_bytes)?)?;
+        // Scoped to the address, which others may share (a NAT): a guessable key would hand
+        // one person's secret to another, so it must be long.
+        let key = IdempotencyKey::from_headers(req.headers())?
+            .map(IdempotencyKey::unguessable)
+            .transpose()?;
+        Ok((voice, canonical, key))
+    }
+
+    /// 503 while a cooldown runs: the upstream failing, or refusing our API key.
+    fn cooling_down(&self) -> Result<(), ApiError> {
+        let waits = [
+            (UPSTREAM, "upstream_cooldown"),
+            (UPSTREAM_KEY, "upstream_key_cooldown"),
+        ]
+        .into_iter()
+        .filter_map(|(key, layer)| Some((self.cooldown.remaining(key)?, layer)));
+        match waits.max() {
+            Some((retry_after, layer)) => {
+                tracing::info!(decision = "rejected", layer, "upstream cooling down");
+                Err(ApiError::Unavailable { retry_after })
+            }
+            None => Ok(()),
         }
     }
 
@@ -177,16 +220,24 @@ impl Sessions {
                     "API key unavailable"
                 );
             })?;
-        let first = self.upstream.mint(&key, &request).await;
-        let result = match first {
+        let result = match self.upstream.mint(&key, &request).await {
             Err(UpstreamError::Refused { status }) => {
-                // The key may have been rotated since we cached it: fetch it again, once.
-                tracing::warn!(
-                    status,
-                    "upstream refused the API key; fetching it again and retrying once"
-                );
-                let key = gate.secrets.refetch(&self.settings.api_key).await?;
-                self.upstream.mint(&key, &request).await
+                // The key may have been rotated since we cached it: read it again (one read for
+                // all the requests it refused, at most one per key cooldown) and retry once.
+                let fresh = gate
+                    .secrets
+                    .refetch_refused(&self.settings.api_key, &key, self.settings.auth_cooldown)
+                    .await?;
+                if fresh.expose_secret() == key.expose_secret() {
+                    // The secret store holds the very key that was refused: a retry cannot help.
+                    Err(UpstreamError::Refused { status })
+                } else {
+                    tracing::warn!(
+                        status,
+                        "upstream refused the cached API key; retrying once with the one just read"
+                    );
+                    self.upstream.mint(&fresh, &request).await
+                }
             }
             other => other,
         };
@@ -196,11 +247,26 @@ impl Sessions {
                 Ok(secret)
             }
             Err(UpstreamError::Refused { status }) => {
+                // Only an operator can heal this. Until then, each probe would cost an upstream
+                // call and an SSM read: cool down for longer than for a failing upstream.
+                let retry_after = self
+                    .cooldown
+                    .start(UPSTREAM_KEY, self.settings.auth_cooldown);
+                let parameter = match &self.settings.api_key {
+                    SecretSource::Ssm { name } => name.as_str(),
+                    SecretSource::Value(_) => "(none: the plain OPENAI_API_KEY variable)",
+                };
                 tracing::error!(
                     status,
-                    "OpenAI refused the API key twice, the second time freshly read from SSM: put a valid key into the OPENAI_API_KEY_PARAM parameter"
+                    parameter,
+                    retry_after,
+                    "OpenAI refused the API key, also as just read from the secret store: put a valid OpenAI API key into the SSM parameter named by OPENAI_API_KEY_PARAM; until then POST /session answers 503 and tries the key again once per UPSTREAM_AUTH_COOLDOWN_SECONDS"
                 );
-                Err(ApiError::Internal)
+                tollgate::metrics::emit(
+                    crate::FUNCTION,
+                    tollgate::metrics::Event::UpstreamKeyRefused,
+                );
+                Err(ApiError::Unavailable { retry_after })
             }
             Err(e) => {
                 let pause = e

@@ -6,7 +6,7 @@
 //! | upstream | meaning | our answer |
 //! |---|---|---|
 //! | network error, timeout, 5xx, 429 | temporary | 503 + cooldown (ours, or its `Retry-After` if longer) |
-//! | 401, 403 | the key was refused: maybe rotated | fetch the key again, retry once; then 500 |
+//! | 401, 403 | the key was refused: maybe rotated | read the key again, retry once if it changed; then 503 + the longer key cooldown |
 //! | any other status, malformed body | unexpected | 503 + cooldown |
 
 use std::time::Duration;

@@ -21,9 +21,7 @@ use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
 use tollgate::gate::Gate;
 use tollgate::http::{body_bytes, json_response, request_id, respond, route_path};
-use tollgate::idempotency::{
-    fingerprint, IdempotencyKey, IdempotencyStore, Scope, IDEMPOTENCY_KEY_HEADER,
-};
+use tollgate::idempotency::{fingerprint, IdempotencyKey, IdempotencyStore, KeyError, Scope};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
 use tracing::Instrument;
@@ -167,11 +165,7 @@ impl App {
         client_id: &str,
         request_id: &str,
     ) -> Result<Response<Body>, ApiError> {
-        let key = IdempotencyKey::parse(
-            req.headers()
-                .get(IDEMPOTENCY_KEY_HEADER)
-                .map(|v| v.as_bytes()),
-        )?;
+        let key = IdempotencyKey::from_headers(req.headers())?.ok_or(KeyError::Missing)?;
         let body = body_bytes(req, self.gate.settings.max_body_bytes)?;
         let transfer = TransferRequest::parse(body, self.settings.max_amount)
             .map_err(|detail| ApiError::BadRequest { detail })?;

@@ -43,7 +43,9 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 
 pub use fingerprint::fingerprint;
-pub use key::{IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, MAX_KEY_LEN};
+pub use key::{
+    IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, MAX_KEY_LEN, MIN_UNGUESSABLE_KEY_LEN,
+};
 pub use record::{Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER};
 
 use crate::clock::{SharedClock, UnixMillis};
@@ -279,7 +281,8 @@ impl IdempotencyStore {
     }
 
     /// Two-phase mode: claims the key for `lease`. An expired record or an expired lease is
-    /// claimed over; a live one is reported as [`Claim::Existing`].
+    /// claimed over; a live one is reported as [`Claim::Existing`], unless it is this call's own
+    /// claim, found by the SDK's resend of a put whose reply was lost.
     pub async fn claim(
         &self,
         scope: &Scope,
@@ -330,9 +333,19 @@ impl IdempotencyStore {
                     }
                     _ => None,
                 };
-                record
-                    .map(|r| Claim::Existing(r.verdict(fingerprint, now)))
-                    .ok_or_else(|| store_error("claim", MalformedRecord))
+                let record = record.ok_or_else(|| store_error("claim", MalformedRecord))?;
+                // The SDK resends a claim whose reply was lost (the put committed, the answer
+                // did not arrive), and the resend finds this very claim: same owner token, so
+                // it is ours, not a duplicate request's.
+                if matches!(&record.state, RecordState::InProgress { owner: o, .. } if *o == owner)
+                {
+                    return Ok(Claim::Acquired(Lease {
+                        pk: scope.pk().into(),
+                        owner,
+                        lease_until_ms,
+                    }));
+                }
+                Ok(Claim::Existing(record.verdict(fingerprint, now)))
             }
             Err(e) => Err(store_error("claim", e)),
         }

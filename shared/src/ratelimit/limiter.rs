@@ -63,6 +63,9 @@ pub enum Verdict {
 pub struct Admission {
     counted: Vec<String>,
     tightest: Option<Decision>,
+    /// The decision of each counter incremented, by key: which layer it belongs to, for
+    /// [`RateLimiter::refund_layer`].
+    decisions: Vec<(String, Decision)>,
 }
 
 impl Admission {
@@ -79,6 +82,31 @@ impl Admission {
     fn note(&mut self, decision: Decision) {
         if self.tightest.is_none_or(|t| decision.is_tighter_than(&t)) {
             self.tightest = Some(decision);
+        }
+    }
+
+    /// Moves the counters of `layer` into an admission of their own (to refund them), keeping
+    /// the others; the tightest decision is then the tightest of those kept.
+    fn split_off(&mut self, layer: Layer) -> Admission {
+        let layer_of = |pk: &String| {
+            self.decisions
+                .iter()
+                .find(|(counted, _)| counted == pk)
+                .map(|(_, d)| d.limit.layer())
+        };
+        let (taken, kept) = std::mem::take(&mut self.counted)
+            .into_iter()
+            .partition(|pk| layer_of(pk) == Some(layer));
+        self.counted = kept;
+        self.tightest = None;
+        for (pk, decision) in self.decisions.clone() {
+            if self.counted.contains(&pk) {
+                self.note(decision);
+            }
+        }
+        Admission {
+            counted: taken,
+            ..Admission::default()
         }
     }
 }
@@ -174,6 +202,7 @@ impl RateLimiter {
         for (check, (pk, reset_at_ms)) in counters {
             match self.increment(&pk, check.limit, reset_at_ms, now_ms).await {
                 Ok(decision) => {
+                    admission.decisions.push((pk.clone(), decision));
                     admission.counted.push(pk);
                     admission.note(decision);
                 }
@@ -294,6 +323,15 @@ impl RateLimiter {
             }
         }
         admission.tightest = None;
+    }
+
+    /// Gives back only the counters of `layer` that `admission` holds; the others stay counted.
+    /// For a request that was admitted by every layer but turned out not to need one of them:
+    /// a `POST /session` answered 409 or 422 by the idempotency claim never calls upstream, so
+    /// it spends no `global` unit, while its `ip` unit stays spent (lesson 002).
+    pub async fn refund_layer(&self, admission: &mut Admission, layer: Layer) {
+        let mut part = admission.split_off(layer);
+        self.refund(&mut part).await;
     }
 
     /// The current window's counter for one layer and key (operator view).

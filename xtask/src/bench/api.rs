@@ -830,7 +830,7 @@ fn interpretation(f: &Finding) -> &'static str {
     match f.problem.as_deref() {
         _ if !accepted_only => "Not explained by the contract: look at it.",
         Some("invalid_request") if detail.contains("Idempotency-Key") => {
-            "`IdempotencyKey` allows 257 characters so that the quoted form (`\"…\"`) of a 255-character key fits, so a bare key of 256 or 257 characters is schema-valid, yet over the contract's 255: a documented 400. The schema is looser than the rule its description states, not wrong about any response."
+            "`IdempotencyKey` allows 257 characters so that the quoted form (`\"…\"`) of a 255-character key fits, so a bare key of 256 or 257 characters is schema-valid, yet over the contract's 255: a documented 400. Likewise a schema-valid value may be a list of keys (a bare value with a `,`) or, on `POST /session`, a quoted key with fewer than 16 characters inside its quotes: documented 400s too. The schema is looser than the rule its description states, not wrong about any response."
         }
         Some("invalid_request") if detail.contains("voice") => {
             "Any string is schema-valid for `voice`, but only `REALTIME_VOICES` (deployment configuration, default `marin,cedar`) is accepted, which the document states in prose because the list is configuration. A documented 400."
