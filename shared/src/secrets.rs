@@ -156,7 +156,11 @@ impl SecretStore {
                 let read_lately = entry
                     .refused_read_ms
                     .is_some_and(|at| now.saturating_sub(at) < period.as_millis() as u64);
-                if value.expose_secret() != refused.expose_secret() || read_lately {
+                let same = crate::internal::secrets_equal(
+                    value.expose_secret().as_bytes(),
+                    refused.expose_secret().as_bytes(),
+                );
+                if !same || read_lately {
                     return Ok(value.clone());
                 }
                 entry.refused_read_ms = Some(now);

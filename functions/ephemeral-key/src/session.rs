@@ -31,6 +31,7 @@ use tollgate::http::{body_bytes, json_response};
 use tollgate::idempotency::{
     fingerprint, Claim, Existing, IdempotencyKey, IdempotencyStore, Lease, Scope, StoredResponse,
 };
+use tollgate::internal::secrets_equal;
 use tollgate::json::strict_object;
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
@@ -228,7 +229,10 @@ impl Sessions {
                     .secrets
                     .refetch_refused(&self.settings.api_key, &key, self.settings.auth_cooldown)
                     .await?;
-                if fresh.expose_secret() == key.expose_secret() {
+                if secrets_equal(
+                    fresh.expose_secret().as_bytes(),
+                    key.expose_secret().as_bytes(),
+                ) {
                     // The secret store holds the very key that was refused: a retry cannot help.
                     Err(UpstreamError::Refused { status })
                 } else {
