@@ -152,6 +152,58 @@ async fn a_lost_claim_reply_is_our_own_claim_not_a_409() {
     assert_eq!(h.openai.calls().await, 1);
 }
 
+/// The claim commits, its reply is lost, and the SDK's resends meet 500s: the outcome is unknown
+/// to the function, which answers 503. The claim it may have made is taken back by its owner
+/// token, so the client's retry runs at once instead of meeting a 409 for the lease's length.
+#[tokio::test]
+async fn a_claim_whose_outcome_is_unknown_is_taken_back() {
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let (ddb, counter) = dynamo::client_at(&proxy.endpoint());
+    let h = SessionHarness::build_with(ddb, counter, &[], None).await;
+    proxy.arm("PutItem", Fault::DropResponseAfterCommit);
+    proxy.arm("PutItem", Fault::ServerError);
+    proxy.arm("PutItem", Fault::ServerError);
+    let req = || SessionHarness::post("192.0.2.26", None).header("idempotency-key", KEY);
+    let failed = h.send(req().request()).await;
+    assert_eq!(
+        failed.status(),
+        503,
+        "{}",
+        tollgate_tests::text_body(&failed)
+    );
+    assert_eq!(proxy.fired(), 3);
+    assert_eq!(h.openai.calls().await, 0);
+    assert_eq!(h.records().await, 0, "the committed claim was released");
+    assert_eq!(h.counter_sum("#").await, 0, "quota given back");
+
+    let retry = h.send(req().request()).await;
+    assert_eq!(retry.status(), 200, "{}", tollgate_tests::text_body(&retry));
+    assert!(retry.headers().get("idempotent-replayed").is_none());
+}
+
+/// A throttled claim committed nothing: 503, quota given back, nothing to clean up, and the key
+/// free for the retry.
+#[tokio::test]
+async fn a_throttled_claim_is_503_with_the_quota_back_and_the_key_free() {
+    use tollgate_tests::fault_proxy::DynamoError;
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let (ddb, counter) = dynamo::client_at(&proxy.endpoint());
+    let h = SessionHarness::build_with(ddb, counter, &[], None).await;
+    proxy.arm_always(
+        "PutItem",
+        Fault::Error(DynamoError::ProvisionedThroughputExceeded),
+    );
+    let req = || SessionHarness::post("192.0.2.27", None).header("idempotency-key", KEY);
+    let failed = h.send(req().request()).await;
+    assert_eq!(failed.status(), 503);
+    assert!(failed.headers().contains_key("retry-after"));
+    assert_eq!(proxy.seen("DeleteItem"), 0, "a refusal needs no clean-up");
+    assert_eq!(h.openai.calls().await, 0);
+    assert_eq!(h.counter_sum("#").await, 0, "quota given back");
+    proxy.disarm("PutItem");
+    assert_eq!(h.send(req().request()).await.status(), 200);
+}
+
 /// The same, at the store: the resent claim acquires, and its lease completes the record.
 #[tokio::test]
 async fn the_store_recognises_its_own_claim_after_a_lost_reply() {

@@ -347,7 +347,31 @@ impl IdempotencyStore {
                 }
                 Ok(Claim::Existing(record.verdict(fingerprint, now)))
             }
-            Err(e) => Err(store_error("claim", e)),
+            Err(e) => {
+                // A 5xx, a timeout or a lost reply may hide a claim that committed: it would hold
+                // the key (409 to the client's retry) until its lease ends. Take it back, by our
+                // owner token, so the retry after our 503 runs at once. A refusal (4xx, say
+                // throttling) committed nothing: no clean-up to do.
+                let refused =
+                    matches!(&e, SdkError::ServiceError(se) if se.raw().status().is_client_error());
+                if !refused {
+                    let ours = Lease {
+                        pk: scope.pk().into(),
+                        owner,
+                        lease_until_ms,
+                    };
+                    match self.release(&ours).await {
+                        Ok(()) => tracing::info!(
+                            "a claim whose outcome was unknown had committed; released it"
+                        ),
+                        Err(IdempotencyError::NotOwner) => {}
+                        Err(release) => {
+                            tracing::warn!(error = %release, "could not release a claim whose outcome was unknown; it frees itself when its lease ends")
+                        }
+                    }
+                }
+                Err(store_error("claim", e))
+            }
         }
     }
 
