@@ -67,6 +67,9 @@ pub enum DynamoError {
     /// for every other item. Fired by a request with no such item it answers a plain 500: a test
     /// that names an item the transaction does not have is wrong.
     TransactionConflict { item: String },
+    /// `TransactionCanceledException` whose reason for the item that contains `item` is
+    /// `ThrottlingError` (that item's partition is over its throughput), `None` for the others.
+    ItemThrottled { item: String },
     /// `TransactionInProgressException`: a transaction with the same token is being applied.
     TransactionInProgress,
     /// `IdempotentParameterMismatchException`: the token was used with other parameters.
@@ -337,7 +340,16 @@ fn dynamo_error(error: &DynamoError, operation: &str, body: &[u8]) -> Vec<u8> {
     use serde_json::{json, Value};
     const DDB: &str = "com.amazonaws.dynamodb.v20120810#";
     let (status, kind, mut fields) = match error {
-        DynamoError::TransactionConflict { item } => {
+        DynamoError::TransactionConflict { item } | DynamoError::ItemThrottled { item } => {
+            let reason = match error {
+                DynamoError::TransactionConflict { .. } => {
+                    ("TransactionConflict", "Transaction is ongoing for the item")
+                }
+                _ => (
+                    "ThrottlingError",
+                    "Throughput exceeds the current capacity for the item",
+                ),
+            };
             let items = serde_json::from_slice::<Value>(body)
                 .ok()
                 .and_then(|v| v["TransactItems"].as_array().cloned())
@@ -350,14 +362,12 @@ fn dynamo_error(error: &DynamoError, operation: &str, body: &[u8]) -> Vec<u8> {
                 return response(500, "text/plain", &text);
             };
             let code = |i: usize| match i == hit {
-                true => "TransactionConflict",
+                true => reason.0,
                 false => "None",
             };
             let reasons: Vec<Value> = (0..items.len())
                 .map(|i| match i == hit {
-                    true => {
-                        json!({"Code": code(i), "Message": "Transaction is ongoing for the item"})
-                    }
+                    true => json!({"Code": code(i), "Message": reason.1}),
                     false => json!({"Code": code(i)}),
                 })
                 .collect();

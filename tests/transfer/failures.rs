@@ -237,6 +237,23 @@ async fn a_conflict_on_an_account_is_sent_again_and_commits_once() {
     assert_eq!(s.h.count(&s.h.tables.transfers).await, 1);
 }
 
+/// One item's partition throttled: the transaction was cancelled, nothing applied; sent again
+/// (a new token, as for any cancelled transaction) and committed once.
+#[tokio::test]
+async fn a_throttled_item_cancels_the_transaction_and_it_is_sent_again() {
+    let s = Setup::new().await;
+    s.proxy.arm(
+        TWI,
+        Fault::Error(DynamoError::ItemThrottled { item: s.a.clone() }),
+    );
+    let resp = s.post("k-item-throttled", 40).await;
+    assert_eq!(resp.status(), 201, "{:?}", json_body(&resp));
+    let tokens = s.tokens();
+    assert_eq!(tokens.len(), 2);
+    assert_ne!(tokens[0], tokens[1]);
+    assert_eq!(s.balances().await, (960, 40));
+}
+
 /// `TransactionInProgress`: the same token is being applied. Asked again with the same token
 /// and the same bytes; `IdempotentParameterMismatch`: a new token.
 #[tokio::test]
@@ -312,4 +329,25 @@ async fn a_deposit_whose_answer_was_lost_is_applied_once() {
     );
     s.h.app.ledger.deposit(&s.b, 100, &second).await.unwrap();
     assert_eq!(s.h.balance(&s.b).await, 200);
+}
+
+/// Any other refusal (here a transfers table that does not exist) is a misconfiguration or a
+/// bug that waiting will not heal: 500, nothing moved, nothing stored, the key free.
+#[tokio::test]
+async fn a_misconfigured_table_is_500_and_commits_nothing() {
+    let h = TransferHarness::with_env(&[("TRANSFERS_TABLE", "tollgate-no-such-table")]).await;
+    let alice = h.client("alice").await;
+    let a = h.account(&alice, 1_000, "JPY").await;
+    let b = h.account(&alice, 0, "JPY").await;
+    let resp = h
+        .send(h.post(
+            &alice,
+            "k-misconfigured",
+            &TransferHarness::body(&a, &b, 10),
+        ))
+        .await;
+    assert_eq!(resp.status(), 500, "{:?}", json_body(&resp));
+    assert_eq!(json_body(&resp)["code"], "internal_error");
+    assert_eq!((h.balance(&a).await, h.balance(&b).await), (1_000, 0));
+    assert_eq!(h.count(&h.tables.idempotency).await, 0);
 }

@@ -42,7 +42,7 @@
 //! | `IdempotentParameterMismatch` | this token was used with other items | resend, new token |
 //! | throttling, `ProvisionedThroughputExceeded`, `RequestLimitExceeded` | not applied | resend, same token |
 //! | 500, timeout, dispatch failure, lost response | unknown | resend, same token |
-//! | any other error | not applied (a bug or a misconfiguration) | resolve if unknown, else 5xx |
+//! | any other error (a missing table, a validation error) | not applied: a misconfiguration or a bug | resolve if unknown, else 500 |
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -542,8 +542,10 @@ impl Ledger {
                         );
                         return Attempt::Retry { same_token: true };
                     }
-                    tracing::error!(error = ?other, "transfer transaction refused");
-                    Attempt::Failed(ApiError::Unavailable { retry_after: 1 })
+                    // A missing table, a validation error: a misconfiguration or a bug, which
+                    // waiting will not heal. Nothing was applied.
+                    tracing::error!(error = ?other, "transfer transaction refused; check the table names and the function's permissions");
+                    Attempt::Failed(ApiError::Internal)
                 }
             },
             SdkError::DispatchFailure(_)
