@@ -219,39 +219,26 @@ async fn a_conflict_on_the_key_is_409_in_progress() {
     assert_eq!(s.post("k-key-conflict", 40).await.status(), 201);
 }
 
-/// `TransactionConflict` on an account: another transfer holds it. Sent again (a new token, as
-/// the cancelled transaction's is spent) and committed once.
+/// `TransactionConflict` on an account (another transfer holds it), or one item's partition
+/// throttled: the transaction was cancelled and nothing applied. Sent again with a new token (a
+/// cancelled transaction's is spent) and committed once.
 #[tokio::test]
-async fn a_conflict_on_an_account_is_sent_again_and_commits_once() {
-    let s = Setup::new().await;
-    s.proxy.arm(
-        TWI,
-        Fault::Error(DynamoError::TransactionConflict { item: s.b.clone() }),
-    );
-    let resp = s.post("k-account-conflict", 40).await;
-    assert_eq!(resp.status(), 201, "{:?}", json_body(&resp));
-    let tokens = s.tokens();
-    assert_eq!(tokens.len(), 2);
-    assert_ne!(tokens[0], tokens[1]);
-    assert_eq!(s.balances().await, (960, 40));
-    assert_eq!(s.h.count(&s.h.tables.transfers).await, 1);
-}
-
-/// One item's partition throttled: the transaction was cancelled, nothing applied; sent again
-/// (a new token, as for any cancelled transaction) and committed once.
-#[tokio::test]
-async fn a_throttled_item_cancels_the_transaction_and_it_is_sent_again() {
-    let s = Setup::new().await;
-    s.proxy.arm(
-        TWI,
-        Fault::Error(DynamoError::ItemThrottled { item: s.a.clone() }),
-    );
-    let resp = s.post("k-item-throttled", 40).await;
-    assert_eq!(resp.status(), 201, "{:?}", json_body(&resp));
-    let tokens = s.tokens();
-    assert_eq!(tokens.len(), 2);
-    assert_ne!(tokens[0], tokens[1]);
-    assert_eq!(s.balances().await, (960, 40));
+async fn a_cancelled_transaction_is_sent_again_and_commits_once() {
+    for on_b in [true, false] {
+        let s = Setup::new().await;
+        let error = match on_b {
+            true => DynamoError::TransactionConflict { item: s.b.clone() },
+            false => DynamoError::ItemThrottled { item: s.a.clone() },
+        };
+        s.proxy.arm(TWI, Fault::Error(error.clone()));
+        let resp = s.post("k-cancelled", 40).await;
+        assert_eq!(resp.status(), 201, "{error:?}: {:?}", json_body(&resp));
+        let tokens = s.tokens();
+        assert_eq!(tokens.len(), 2, "{error:?}");
+        assert_ne!(tokens[0], tokens[1], "{error:?}");
+        assert_eq!(s.balances().await, (960, 40), "{error:?}");
+        assert_eq!(s.h.count(&s.h.tables.transfers).await, 1, "{error:?}");
+    }
 }
 
 /// `TransactionInProgress`: the same token is being applied. Asked again with the same token
@@ -331,10 +318,10 @@ async fn a_deposit_whose_answer_was_lost_is_applied_once() {
     assert_eq!(s.h.balance(&s.b).await, 200);
 }
 
-/// Any other refusal (here a transfers table that does not exist) is a misconfiguration or a
-/// bug that waiting will not heal: 500, nothing moved, nothing stored, the key free.
+/// Any other refusal (here a transfers table that does not exist): not sent again, 503 like
+/// every failure of our tables, nothing moved, nothing stored, the key free.
 #[tokio::test]
-async fn a_misconfigured_table_is_500_and_commits_nothing() {
+async fn a_refused_transaction_is_503_and_commits_nothing() {
     let h = TransferHarness::with_env(&[("TRANSFERS_TABLE", "tollgate-no-such-table")]).await;
     let alice = h.client("alice").await;
     let a = h.account(&alice, 1_000, "JPY").await;
@@ -346,8 +333,9 @@ async fn a_misconfigured_table_is_500_and_commits_nothing() {
             &TransferHarness::body(&a, &b, 10),
         ))
         .await;
-    assert_eq!(resp.status(), 500, "{:?}", json_body(&resp));
-    assert_eq!(json_body(&resp)["code"], "internal_error");
+    assert_eq!(resp.status(), 503, "{:?}", json_body(&resp));
+    assert_eq!(json_body(&resp)["code"], "temporarily_unavailable");
+    assert!(!detail(&resp).contains("unknown"), "{}", detail(&resp));
     assert_eq!((h.balance(&a).await, h.balance(&b).await), (1_000, 0));
     assert_eq!(h.count(&h.tables.idempotency).await, 0);
 }

@@ -42,7 +42,7 @@
 //! | `IdempotentParameterMismatch` | this token was used with other items | resend, new token |
 //! | throttling, `ProvisionedThroughputExceeded`, `RequestLimitExceeded` | not applied | resend, same token |
 //! | 500, timeout, dispatch failure, lost response | unknown | resend, same token |
-//! | any other error (a missing table, a validation error) | not applied: a misconfiguration or a bug | resolve if unknown, else 500 |
+//! | any other error (a missing table, a validation error) | not applied: a misconfiguration or a bug | resolve if unknown, else 503 |
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -542,10 +542,11 @@ impl Ledger {
                         );
                         return Attempt::Retry { same_token: true };
                     }
-                    // A missing table, a validation error: a misconfiguration or a bug, which
-                    // waiting will not heal. Nothing was applied.
+                    // A missing table, denied access, a validation error: nothing was applied,
+                    // and resending will not help. 503 like every other failure of our tables
+                    // (the reads answer so too); the log says what to check.
                     tracing::error!(error = ?other, "transfer transaction refused; check the table names and the function's permissions");
-                    Attempt::Failed(ApiError::Internal)
+                    Attempt::Failed(ApiError::Unavailable { retry_after: 1 })
                 }
             },
             SdkError::DispatchFailure(_)

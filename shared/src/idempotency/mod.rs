@@ -236,32 +236,36 @@ impl IdempotencyStore {
 
     /// The live record under `scope`, if any (operator view).
     pub async fn read(&self, scope: &Scope) -> Result<Option<Record>, IdempotencyError> {
-        let out = self
-            .ddb
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, AttributeValue::S(scope.pk().into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("read", e))?;
-        self.live(out.item())
+        self.read_with(scope, false).await
     }
 
     /// As [`Self::read`], in one attempt (no SDK retry): for a request that has already spent
     /// most of its time budget and only needs to know.
     pub async fn read_once(&self, scope: &Scope) -> Result<Option<Record>, IdempotencyError> {
-        let out = self
+        self.read_with(scope, true).await
+    }
+
+    async fn read_with(
+        &self,
+        scope: &Scope,
+        one_attempt: bool,
+    ) -> Result<Option<Record>, IdempotencyError> {
+        let get = self
             .ddb
             .get_item()
             .table_name(&self.table)
             .key(PK, AttributeValue::S(scope.pk().into()))
-            .consistent_read(true)
-            .customize()
-            .config_override(crate::aws::dynamodb_one_attempt())
-            .send()
-            .await
-            .map_err(|e| store_error("read", e))?;
+            .consistent_read(true);
+        let out = match one_attempt {
+            true => {
+                get.customize()
+                    .config_override(crate::aws::dynamodb_one_attempt())
+                    .send()
+                    .await
+            }
+            false => get.send().await,
+        }
+        .map_err(|e| store_error("read", e))?;
         self.live(out.item())
     }
 
