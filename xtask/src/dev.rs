@@ -95,6 +95,10 @@ pub struct Options {
     pub interactive: bool,
     /// What `cargo xtask replay` changes; the default changes nothing.
     pub hooks: Hooks,
+    /// Serve the browser page (`web/dev/server.cjs`): the page and `/api` on one origin, and,
+    /// without `OPENAI_API_KEY`, the OpenAI stand-in with WebRTC calls. Off for the replay, the
+    /// drills and the bench, which need no page (they keep the small Rust stand-in).
+    pub web: bool,
 }
 
 /// `cargo xtask replay`'s hooks into the stack: a fixed DynamoDB Local port
@@ -127,6 +131,20 @@ pub struct Info {
     /// `None` when the user keeps it in SSM (`INTERNAL_TOKEN_PARAM`).
     pub internal_token: Option<String>,
     pub demo: Demo,
+    /// The page and its dev server, when served.
+    pub web: Option<WebInfo>,
+}
+
+/// Where the dev server serves the page.
+#[derive(Debug, Clone)]
+pub struct WebInfo {
+    /// The page, same-origin with the API under `/api` (with `?realtime=` pointing at the
+    /// stand-in when it runs).
+    pub web_url: String,
+    /// The same page from a second origin with no API of its own (cross-origin tests).
+    pub second_url: String,
+    /// The OpenAI origin the page calls for WebRTC (the stand-in, or api.openai.com).
+    pub realtime_url: String,
 }
 
 /// A running stack. Dropping it stops every part (functions first, then
@@ -139,6 +157,7 @@ pub struct Stack {
     /// Starts `cargo lambda watch` again, as at start (see [`Stack::restart_functions`]).
     respawn: Option<Respawn>,
     standin: Option<StandIn>,
+    web: Option<processes::Tree>,
     ddb: Option<DynamoDbLocal>,
     echo: Option<Echo>,
     lock: Option<Lock>,
@@ -209,12 +228,14 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
                 token: String::new(),
                 accounts: Vec::new(),
             },
+            web: None,
         },
         stack_file,
         functions_log: logs.join("functions.log"),
         functions: None,
         respawn: None,
         standin: None,
+        web: None,
         ddb: None,
         echo: None,
         lock: Some(lock),
@@ -266,12 +287,32 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     ));
 
     step("openai");
-    if env.user_has("OPENAI_API_KEY") || env.user_has("OPENAI_API_KEY_PARAM") {
+    let real_openai = env.user_has("OPENAI_API_KEY") || env.user_has("OPENAI_API_KEY_PARAM");
+    if opts.web {
+        let (tree, web) = start_web(tools, invoke_port, real_openai, &logs)?;
+        // The page's second origin may call the API (a cross-origin app); `localhost` for the
+        // same port is another origin, and is not listed.
+        env.default("CORS_ALLOWED_ORIGINS", web.second_url.trim_end_matches('/'));
+        stack.web = Some(tree);
+        stack.info.web = Some(web);
+    }
+    let web_stand_in = match (&stack.info.web, real_openai) {
+        (Some(web), false) => Some(web.realtime_url.clone()),
+        _ => None,
+    };
+    if real_openai {
         info(format!(
             "OPENAI_API_KEY is set: client secrets come from {} with your key (from OpenAI they are real, and billed)",
             env.get("OPENAI_BASE_URL")
                 .unwrap_or_else(|| "https://api.openai.com".into())
         ));
+    } else if let Some(url) = web_stand_in {
+        env.set("OPENAI_BASE_URL", &url);
+        env.set("OPENAI_API_KEY", STAND_IN_API_KEY);
+        info(format!(
+            "OPENAI_API_KEY is not set: client secrets are FAKE (ek_local_…) and WebRTC calls end at a local peer that echoes your microphone, both from a stand-in at {url}"
+        ));
+        stack.info.openai_stand_in = true;
     } else {
         let standin = openai_standin::start(opts.interactive)?;
         env.set("OPENAI_BASE_URL", &standin.base_url);
@@ -493,6 +534,9 @@ impl Stack {
             functions.stop(STOP_GRACE);
         }
         drop(self.standin.take());
+        if let Some(mut web) = self.web.take() {
+            web.stop(STOP_GRACE);
+        }
         if let Some(mut ddb) = self.ddb.take() {
             ddb.stop();
         }
@@ -542,6 +586,21 @@ impl Info {
                     .map_or(Value::Null, json::string),
             ),
             ("demo", self.demo.to_json()),
+            (
+                "web_url",
+                self.web
+                    .as_ref()
+                    .map_or(Value::Null, |w| json::string(&w.web_url)),
+            ),
+            (
+                "web",
+                self.web.as_ref().map_or(Value::Null, |w| {
+                    json::object([
+                        ("second_url", json::string(&w.second_url)),
+                        ("realtime_url", json::string(&w.realtime_url)),
+                    ])
+                }),
+            ),
         ])
     }
 }
@@ -570,6 +629,78 @@ impl Demo {
                 .collect::<Option<Vec<_>>>()?,
         })
     }
+}
+
+/// How long the dev server gets to answer.
+const WEB_READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Starts `web/dev/server.cjs` on free ports: the page with `/api` proxied to the functions at
+/// `invoke_port`, the page again on a second origin, and the OpenAI stand-in (used unless
+/// `real_openai`). Returns once the page answers.
+fn start_web(
+    tools: &Tools,
+    invoke_port: u16,
+    real_openai: bool,
+    logs: &Path,
+) -> Result<(processes::Tree, WebInfo)> {
+    let (page, second, realtime) = (util::free_port()?, util::free_port()?, util::free_port()?);
+    let log_path = logs.join("web.log");
+    let log = fs::File::create(&log_path)?;
+    let server = util::workspace_root().join("web/dev/server.cjs");
+    let mut cmd = Command::new("node");
+    cmd.arg(&server)
+        .args(["--port", &page.to_string()])
+        .args(["--second-port", &second.to_string()])
+        .args(["--realtime-port", &realtime.to_string()])
+        .args(["--functions", &format!("http://127.0.0.1:{invoke_port}")])
+        .env("NODE_PATH", &tools.web_modules)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    let mut tree = processes::spawn("web dev server", &mut cmd)?;
+    let control = format!("http://127.0.0.1:{page}/_dev/log");
+    let deadline = Instant::now() + WEB_READY_TIMEOUT;
+    loop {
+        interrupted()?;
+        if let Some(status) = tree.try_wait()? {
+            return Err(format!(
+                "the web dev server exited ({status}); last lines of {}:\n{}",
+                log_path.display(),
+                util::tail(&log_path, 20)
+            )
+            .into());
+        }
+        if http::request("GET", &control, &[], "", PROBE_TIMEOUT).is_ok_and(|r| r.status == 200) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the web dev server did not answer (log: {})",
+                log_path.display()
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let realtime_url = match real_openai {
+        true => "https://api.openai.com".to_string(),
+        false => format!("http://127.0.0.1:{realtime}"),
+    };
+    let query = match real_openai {
+        true => String::new(),
+        false => format!("?realtime={realtime_url}"),
+    };
+    let web = WebInfo {
+        web_url: format!("http://127.0.0.1:{page}/{query}"),
+        second_url: format!("http://127.0.0.1:{second}/"),
+        realtime_url,
+    };
+    info(format!(
+        "page at {} (log: {})",
+        web.web_url,
+        log_path.display()
+    ));
+    Ok((tree, web))
 }
 
 /// A line of the functions' log that means waiting longer is pointless.
@@ -920,7 +1051,20 @@ fn banner(info: &Info, stack_file: &Path, functions_log: &Path) -> String {
         out.push('\n');
     };
     line(String::new());
-    line("Tollgate dev stack is ready. Paste any of these:".into());
+    line("Tollgate dev stack is ready.".into());
+    if let Some(web) = &info.web {
+        line(String::new());
+        line(format!(
+            "# the voice demo page, same-origin with the API under /api ({})",
+            match info.openai_stand_in {
+                true => "its calls end at the local stand-in, which echoes your microphone",
+                false => "real Realtime calls, billed",
+            }
+        ));
+        line(format!("open {}", web.web_url));
+    }
+    line(String::new());
+    line("Paste any of these:".into());
     line(String::new());
     line(format!("# mint a client secret ({secrets})"));
     line(format!(
@@ -1031,6 +1175,7 @@ pub fn run(args: &[String]) -> Result {
         reload,
         interactive: true,
         hooks: Hooks::default(),
+        web: true,
     };
     // Refuse a second start before spending time on setup.
     let lock = lock(&opts.state_dir)?;

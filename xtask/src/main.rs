@@ -4,6 +4,7 @@
 //! of dependencies so it builds in seconds.
 
 mod bench;
+mod browser;
 mod dev;
 mod drill;
 mod dynamodb_local;
@@ -32,16 +33,21 @@ Commands:
               until Ctrl-C; prints DYNAMODB_ENDPOINT=http://127.0.0.1:<port>
   dev [--persist <dir>] [--port <port>] [--no-reload]
               The local stack: DynamoDB Local (in memory unless --persist),
-              tables, a demo client and accounts, an OpenAI stand-in when
-              OPENAI_API_KEY is unset, and both functions under
-              `cargo lambda watch`; writes .dev/stack.json and prints curl
-              lines; Ctrl-C stops everything
-  test [--no-lint] [--no-e2e] [--no-replay] [--no-drill] [-- <cargo test args>]
+              tables, a demo client and accounts, the voice demo page with
+              /api on one origin, an OpenAI stand-in (client secrets and
+              WebRTC calls) when OPENAI_API_KEY is unset, and both functions
+              under `cargo lambda watch`; writes .dev/stack.json and prints
+              the page URL and curl lines; Ctrl-C stops everything
+  test [--no-lint] [--no-e2e] [--no-browser] [--no-replay] [--no-drill] [-- <cargo test args>]
               setup, cargo fmt --check, clippy (skipped with --no-lint),
               cargo test --workspace against a fresh in-memory DynamoDB Local,
-              then the end-to-end tests against a private dev stack
-              (skipped with --no-e2e), then a 2,000-request replay
-              (skipped with --no-replay)
+              the web client's type check and unit tests, then the
+              end-to-end tests against a private dev stack (skipped with
+              --no-e2e), the browser tests in headless Chromium (skipped
+              with --no-browser), a 2,000-request replay (skipped with
+              --no-replay) and the short drills (skipped with --no-drill)
+  screenshots  the browser tests, keeping a picture of the demo page in
+              each state in docs/screenshots/
   replay [--seed <n>] [--requests <n>] [--report <file.md>] [...]
               a day of hostile transfer traffic (50,000 requests by
               default) through the functions, with DynamoDB faults and
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
         "replay" => replay::run(rest),
         "drill" => drill::run(rest),
         "bench" => bench::run(rest),
+        "screenshots" => browser::screenshots(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

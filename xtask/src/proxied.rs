@@ -135,6 +135,7 @@ impl Run {
                 function_env: env,
                 concurrency,
             },
+            web: false,
         }
     }
 

@@ -52,6 +52,10 @@ pub struct Tools {
     /// The venv's `bin/`: `cargo-lambda`, `cfn-lint`, `sam`, and a `python3`
     /// that can run `-m ziglang`.
     pub venv_bin: PathBuf,
+    /// The `node_modules` of `web/package.json`'s pinned packages (TypeScript
+    /// for the client's type check; werift and playwright-core for the dev
+    /// server and the browser tests): `NODE_PATH` for `web/dev/*.cjs`.
+    pub web_modules: PathBuf,
 }
 
 /// `cargo xtask setup`.
@@ -66,6 +70,10 @@ pub fn run(args: &[String]) -> Result {
         tools.dynamodb_local.jar.display()
     ));
     info(format!("venv tools:         {}", tools.venv_bin.display()));
+    info(format!(
+        "web packages:       {}",
+        tools.web_modules.display()
+    ));
     Ok(())
 }
 
@@ -74,6 +82,69 @@ pub fn all() -> Result<Tools> {
     Ok(Tools {
         dynamodb_local: dynamodb_local()?,
         venv_bin: python_tools()?,
+        web_modules: web_packages()?,
+    })
+}
+
+/// Installs `web/package.json`'s pinned packages, exactly as `web/package-lock.json` has them
+/// (`npm ci`), into `<cache>/web-npm`: nothing is installed into the repository. The marker is
+/// the lock file itself, so a changed lock reinstalls.
+pub fn web_packages() -> Result<PathBuf> {
+    let web = util::workspace_root().join("web");
+    let lock = fs::read_to_string(web.join("package-lock.json"))?;
+    let prefix = util::cache_dir()?.join("web-npm");
+    let modules = prefix.join("node_modules");
+    let spec = format!("web-npm {:016x}", fnv1a(lock.as_bytes()));
+    if marker_matches(&prefix, &spec) && modules.is_dir() {
+        info("web packages: already installed");
+        return Ok(modules);
+    }
+    check_npm()?;
+    info(format!(
+        "web packages: installing into {}",
+        prefix.display()
+    ));
+    fs::create_dir_all(&prefix)?;
+    for file in ["package.json", "package-lock.json"] {
+        fs::copy(web.join(file), prefix.join(file))?;
+    }
+    util::run(
+        Command::new("npm")
+            .arg("ci")
+            .arg("--prefix")
+            .arg(&prefix)
+            .args([
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ]),
+    )?;
+    write_marker(&prefix, &spec)?;
+    Ok(modules)
+}
+
+/// Debian's Chromium, which the browser tests drive (`apt-get install chromium`; `.ci/run`
+/// installs it). A test tool's own browser download is not possible here, and not wanted.
+pub fn chromium() -> Result<PathBuf> {
+    let candidates = [
+        std::env::var_os("CHROMIUM").map(PathBuf::from),
+        Some(PathBuf::from("/usr/bin/chromium")),
+        Some(PathBuf::from("/usr/bin/chromium-browser")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "Chromium is needed for the browser tests: install Debian's with `apt-get install chromium` (or set CHROMIUM to a Chromium binary)".into()
+        })
+}
+
+/// FNV-1a: a stable fingerprint for a cache marker (std's hasher may change between releases).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 

@@ -1,7 +1,9 @@
 //! `cargo xtask test`: the full check CI runs, runnable locally as is.
 //!
 //! setup → `cargo fmt --check` → clippy → DynamoDB Local → `cargo test` →
-//! end-to-end tests against a private dev stack → a 2,000-request replay
+//! the web client's `tsc` and `node --test` → end-to-end tests against a
+//! private dev stack → browser tests in headless Chromium against another
+//! (skipped with `--no-browser`) → a 2,000-request replay
 //! (`cargo xtask replay`, skipped with `--no-replay`) → the short attack drills
 //! (`cargo xtask drill --short`, skipped with `--no-drill`).
 //! A failing step does not stop the run: one pass reports everything that
@@ -17,11 +19,12 @@ use crate::util::{self, info, step, Result};
 use crate::{lock, setup, signal};
 
 const USAGE: &str =
-    "Usage: cargo xtask test [--no-lint] [--no-e2e] [--no-replay] [--no-drill] [-- <cargo test args>]";
+    "Usage: cargo xtask test [--no-lint] [--no-e2e] [--no-browser] [--no-replay] [--no-drill] [-- <cargo test args>]";
 
 pub fn run(args: &[String]) -> Result {
     let mut lint = true;
     let mut e2e = true;
+    let mut browser = true;
     let mut replay = true;
     let mut drill = true;
     let mut test_args: &[String] = &[];
@@ -29,6 +32,7 @@ pub fn run(args: &[String]) -> Result {
         match arg.as_str() {
             "--no-lint" => lint = false,
             "--no-e2e" => e2e = false,
+            "--no-browser" => browser = false,
             "--no-replay" => replay = false,
             "--no-drill" => drill = false,
             "--" => {
@@ -109,8 +113,23 @@ pub fn run(args: &[String]) -> Result {
     step("dynamodb-local: stop");
     drop(ddb);
 
+    if !signal::received() {
+        step("web: tsc and unit tests");
+        check(&mut failed, "web", crate::browser::unit(&tools));
+    }
+
     if e2e && !signal::received() {
         check(&mut failed, "e2e", end_to_end(&tools));
+    }
+
+    if browser && !signal::received() {
+        let started = std::time::Instant::now();
+        let result = crate::browser::browser(&tools, None);
+        info(format!(
+            "browser step took {:.1}s",
+            started.elapsed().as_secs_f32()
+        ));
+        check(&mut failed, "browser", result);
     }
 
     if replay && !signal::received() {
@@ -171,6 +190,7 @@ fn end_to_end(tools: &Tools) -> Result {
             reload: false,
             interactive: false,
             hooks: dev::Hooks::default(),
+            web: false,
         },
         None,
     );

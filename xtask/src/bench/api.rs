@@ -176,6 +176,7 @@ pub fn run(tools: &Tools) -> Result<Section> {
                 ],
                 ..Hooks::default()
             },
+            web: false,
         },
         None,
     )?;

@@ -1,0 +1,113 @@
+//! The browser half's checks: the client's type check and unit tests (`web/`), and the browser
+//! tests (`web/dev/browser.test.cjs`): Debian's headless Chromium, driven by playwright-core,
+//! with fake media devices, against a stack of their own (the functions, DynamoDB Local, the
+//! page and the OpenAI stand-in of `web/dev/server.cjs`).
+//!
+//! `cargo xtask screenshots` runs the same browser tests and keeps a picture of the page in each
+//! state under `docs/screenshots/`.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use crate::dev;
+use crate::dynamodb_local::Storage;
+use crate::setup::{self, Tools};
+use crate::util::{self, info, step, Result};
+
+/// What the browser tests' stack changes: a small `ip` limit (the third session of a window is
+/// refused), a block cache and kill-switch cache of 0 (each test's reset and flip apply at
+/// once), and a short upstream cooldown (the page's 503 waits stay short).
+const STACK_ENV: &[(&str, &str)] = &[
+    ("SESSION_RATE_LIMITS", "ip=2/1h,global=1000/1d"),
+    ("RATE_LIMIT_BLOCK_CACHE_SECONDS", "0"),
+    ("KILL_SWITCH_CACHE_SECONDS", "0"),
+    ("UPSTREAM_COOLDOWN_SECONDS", "2"),
+];
+
+/// `tsc` over the client (JSDoc types, checkJs) and `node --test web/test/`.
+pub fn unit(tools: &Tools) -> Result {
+    let web = util::workspace_root().join("web");
+    let tsc = tools.web_modules.join("typescript/bin/tsc");
+    util::run(
+        Command::new("node")
+            .arg(&tsc)
+            .arg("-p")
+            .arg(web.join("tsconfig.json")),
+    )?;
+    util::run(
+        Command::new("node")
+            .arg("--test")
+            .arg(web.join("test"))
+            .current_dir(&web),
+    )
+}
+
+/// The browser tests against a private stack; with `screenshots`, pictures go there.
+pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
+    let chromium = setup::chromium()?;
+    let runs = util::cache_dir()?.join("browser");
+    let state_dir = runs.join(std::process::id().to_string());
+    let _ = fs::remove_dir_all(&state_dir);
+    step("browser: stack");
+    let stack = dev::start(
+        tools,
+        &dev::Options {
+            state_dir: state_dir.clone(),
+            storage: Storage::InMemory,
+            invoke_port: None,
+            reload: false,
+            interactive: false,
+            hooks: dev::Hooks {
+                function_env: STACK_ENV
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..dev::Hooks::default()
+            },
+            web: true,
+        },
+        None,
+    )?;
+    let cli = dev::build_cli()?;
+    step("browser: test");
+    let mut cmd = Command::new("node");
+    cmd.args(["--test", "--test-concurrency=1"])
+        .arg(util::workspace_root().join("web/dev/browser.test.cjs"))
+        .env("NODE_PATH", &tools.web_modules)
+        .env("CHROMIUM", &chromium)
+        .env("TOLLGATE_STACK_FILE", &stack.stack_file)
+        .env("TOLLGATE_CLI", &cli)
+        // The CLI resolves a layer's limit from the same variable the function reads.
+        .env("SESSION_RATE_LIMITS", STACK_ENV[0].1);
+    if let Some(dir) = screenshots {
+        fs::create_dir_all(dir)?;
+        cmd.env("SCREENSHOT_DIR", dir);
+    }
+    let result = util::run(&mut cmd);
+    step("browser: stop");
+    drop(stack);
+    match &result {
+        Ok(()) => {
+            let _ = fs::remove_dir_all(&state_dir);
+        }
+        Err(_) => info(format!(
+            "browser test logs kept in {}",
+            state_dir.join("logs").display()
+        )),
+    }
+    result
+}
+
+/// `cargo xtask screenshots`: the browser tests, keeping a picture of each state.
+pub fn screenshots(args: &[String]) -> Result {
+    if let Some(arg) = args.first() {
+        return Err(format!("`screenshots` takes no arguments, got `{arg}`").into());
+    }
+    step("setup");
+    let tools = setup::all()?;
+    let dir = util::workspace_root().join("docs/screenshots");
+    browser(&tools, Some(&dir))?;
+    info(format!("screenshots in {}", dir.display()));
+    Ok(())
+}
