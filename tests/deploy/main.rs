@@ -5,10 +5,13 @@
 //! - the functions' IAM policies are least privilege: ephemeral-key, which any browser can
 //!   reach, cannot touch the money tables; no wildcard actions; DynamoDB access only to named
 //!   tables, with exactly the actions the code uses;
-//! - exactly one frontend (CloudFront or HTTP API) is created for a given `Frontend`.
+//! - exactly one frontend (CloudFront or HTTP API) is created for a given `Frontend`;
+//! - the browser page behind CloudFront: a private bucket read only by the distribution, each
+//!   path routed to the page or its function, the security headers and the CSP (`page.rs`).
 //!
 //! cfn-lint and sam come from the venv `cargo xtask setup` creates (see `tools::find`).
 
+mod page;
 mod template;
 mod tools;
 
@@ -197,7 +200,8 @@ fn function_policies_grant_exactly_the_documented_actions() {
 }
 
 /// `Frontend` picks CloudFront or an HTTP API; the other must not exist, in particular no
-/// public function URL behind an HTTP API. SAM cannot put a condition on a function's
+/// public function URL behind an HTTP API. The page bucket belongs to the CloudFront frontend:
+/// with an HTTP API nothing would serve it. SAM cannot put a condition on a function's
 /// `FunctionUrlConfig` or `Events`, so the frontends are separate resources with conditions.
 #[test]
 fn exactly_one_frontend_is_created() {
@@ -212,7 +216,10 @@ fn exactly_one_frontend_is_created() {
         }
     }
     let expected_condition = |ty: &str| {
-        if ty.starts_with("AWS::CloudFront::") || ty == "AWS::Lambda::Url" {
+        if ty.starts_with("AWS::CloudFront::")
+            || ty.starts_with("AWS::S3::")
+            || ty == "AWS::Lambda::Url"
+        {
             Some("UseCloudFront")
         } else if ty.starts_with("AWS::ApiGatewayV2::") || ty.starts_with("AWS::Serverless::Http") {
             Some("UseHttpApi")

@@ -52,6 +52,66 @@ impl Template {
     pub fn globals(&self) -> &Value {
         self.root.get("Globals").unwrap_or(&Value::Null)
     }
+
+    /// The declaration of template parameter `name` (Type, Default, AllowedPattern, ...).
+    pub fn parameter(&self, name: &str) -> &Value {
+        self.root
+            .get("Parameters")
+            .and_then(|p| p.get(name))
+            .unwrap_or_else(|| panic!("template has no parameter `{name}`"))
+    }
+}
+
+/// The value at `path` (mapping keys) below `value`; panics naming the first key missing, so a
+/// failing check says where it looked.
+pub fn at<'a>(value: &'a Value, path: &[&str]) -> &'a Value {
+    let mut here = value;
+    for (i, key) in path.iter().enumerate() {
+        here = here
+            .get(*key)
+            .unwrap_or_else(|| panic!("no `{}` in {value:?}", path[..=i].join(".")));
+    }
+    here
+}
+
+/// `value` as a string; panics with `what` otherwise.
+pub fn str_of<'a>(value: &'a Value, what: &str) -> &'a str {
+    value
+        .as_str()
+        .unwrap_or_else(|| panic!("{what} is a plain string, got {value:?}"))
+}
+
+/// The logical id in `{Ref: X}`, if `value` is exactly that.
+pub fn ref_to(value: &Value) -> Option<&str> {
+    let map = value.as_mapping()?;
+    if map.len() != 1 {
+        return None;
+    }
+    map.get("Ref")?.as_str()
+}
+
+/// The string of `{Fn::Sub: "..."}`, if `value` is exactly that (the one-argument form).
+pub fn sub_string(value: &Value) -> Option<&str> {
+    let map = value.as_mapping()?;
+    if map.len() != 1 {
+        return None;
+    }
+    map.get("Fn::Sub")?.as_str()
+}
+
+/// The resource of the first `Fn::GetAtt` anywhere in `value` (depth first), e.g.
+/// `TransferFunctionUrl` in `!Select [2, !Split ["/", !GetAtt TransferFunctionUrl.FunctionUrl]]`.
+pub fn get_att_resource(value: &Value) -> Option<&str> {
+    match value {
+        Value::Mapping(map) => {
+            if let Some(Value::Sequence(args)) = map.get("Fn::GetAtt") {
+                return args.first().and_then(Value::as_str);
+            }
+            map.values().find_map(get_att_resource)
+        }
+        Value::Sequence(items) => items.iter().find_map(get_att_resource),
+        _ => None,
+    }
 }
 
 /// Rewrites `!Name value` into `{Fn::Name: value}` (`{Ref: value}` for `!Ref`, with
