@@ -4,6 +4,9 @@
 //! Routes (after `BASE_PATH` is stripped):
 //! - `POST /session` — see [`session`].
 //! - `GET|PUT /internal/kill-switch` — operator view and flip; `X-Internal-Token` required.
+//!
+//! A CORS preflight from a listed origin gets its 204 before any guard
+//! (`tollgate::serve::Function::handle`).
 
 pub mod config;
 mod internal_routes;

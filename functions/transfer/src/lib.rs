@@ -7,7 +7,8 @@
 //!
 //! Every route runs, in order: kill switch, client address, `ip` layer, authentication
 //! (`Authorization: Bearer`; failures are already counted by the `ip` layer), `client` and
-//! `global` layers on the verified client id, then its own validation and work.
+//! `global` layers on the verified client id, then its own validation and work. A CORS preflight
+//! from a listed origin gets its 204 before all of them (`tollgate::serve::Function::handle`).
 
 pub mod config;
 pub mod domain;
