@@ -11,6 +11,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::client_addr::ClientIpSource;
+use crate::cors::{Cors, ORIGINS_VAR};
 use crate::ratelimit::RateLimits;
 
 /// A setting that could not be used. Display names the variable; it is shown to operators at
@@ -156,6 +157,8 @@ pub struct GuardSettings {
     pub block_cache_capacity: usize,
     /// How long a full key is remembered at most.
     pub block_cache_max_age: Duration,
+    /// Origins whose pages may call the API (`CORS_ALLOWED_ORIGINS`); empty: CORS off.
+    pub cors: Cors,
 }
 
 /// Default rate-limit table name (matches `template.yaml`'s local name).
@@ -195,6 +198,8 @@ impl GuardSettings {
             return Err(ConfigError::new("MAX_BODY_BYTES", "must be greater than 0"));
         }
         let block_cache_capacity: usize = env.parse_or("RATE_LIMIT_BLOCK_CACHE_SIZE", 10_000)?;
+        let cors = Cors::parse(env.get(ORIGINS_VAR).unwrap_or_default())
+            .map_err(|reason| ConfigError::new(ORIGINS_VAR, reason))?;
         Ok(Self {
             function: function.to_string(),
             client_ip_source,
@@ -215,6 +220,7 @@ impl GuardSettings {
             base_path,
             block_cache_capacity,
             block_cache_max_age: env.seconds_or("RATE_LIMIT_BLOCK_CACHE_SECONDS", 5, 0)?,
+            cors,
         })
     }
 }
@@ -242,6 +248,10 @@ mod tests {
         assert_eq!(s.upstream_cooldown, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 16 * 1024);
         assert_eq!(s.rate_limits.to_string(), "ip=300/1m,client=60/1m");
+        assert!(
+            !s.cors.is_enabled(),
+            "CORS is off unless origins are listed"
+        );
     }
 
     #[test]
@@ -256,6 +266,10 @@ mod tests {
         assert_eq!(err.var, "KILL_SWITCH_STALE_SECONDS");
         let err = settings(&[("BASE_PATH", "api/")]).unwrap_err();
         assert_eq!(err.var, "BASE_PATH");
+        for origins in ["*", "https://app.example.com/", "garbage"] {
+            let err = settings(&[("CORS_ALLOWED_ORIGINS", origins)]).unwrap_err();
+            assert_eq!(err.var, "CORS_ALLOWED_ORIGINS", "{origins}");
+        }
     }
 
     #[test]

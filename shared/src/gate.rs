@@ -7,6 +7,8 @@
 //! The kill switch comes first so a flipped switch costs nothing else. The address comes before
 //! any limit so that the `ip` layer counts every request, including those that fail
 //! authentication later. Authentication itself belongs to each function, after the `ip` layer.
+//! A CORS preflight from a listed origin never gets here: [`crate::serve::Function::handle`]
+//! answers it first, so it costs no read and counts in no layer.
 
 use std::sync::Arc;
 

@@ -9,6 +9,7 @@
 //! | [`internal`] | our own services throttled by a per-address limit they share |
 //! | [`kill_switch`] | a bill that runs away faster than a deploy can stop it |
 //! | [`secrets`], [`cooldown`] | retry storms against a failing secret store or provider |
+//! | [`cors`] | a page on another origin that works only where a platform happened to add CORS, or `*` beside credentials |
 //! | [`problem`] | error bodies that leak host names, parameter names or upstream messages |
 //!
 //! [`gate`] composes the guards in the order the contract fixes; the functions call it before
@@ -21,6 +22,7 @@ pub mod clients;
 pub mod clock;
 pub mod config;
 pub mod cooldown;
+pub mod cors;
 pub mod gate;
 pub mod http;
 pub mod idempotency;

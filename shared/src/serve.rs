@@ -1,15 +1,24 @@
-//! The Lambda entry point both functions share: read configuration, build clients once, serve.
+//! The Lambda entry point both functions share: read configuration, build clients once, serve;
+//! and the one request lifecycle both follow ([`Function::handle`]).
 
 use std::future::Future;
 use std::sync::Arc;
 
 use lambda_http::{service_fn, Body, Error, Request, Response};
+use tracing::Instrument;
 
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{ConfigError, Env};
+use crate::gate::Gate;
+use crate::http::{finish, request_id, respond, route_path};
+use crate::problem::ApiError;
+use crate::ratelimit::Admission;
 
 /// A function: built once per process from its environment, then asked to handle requests.
 pub trait Function: Send + Sync + Sized + 'static {
+    /// The logical name: kill-switch key, rate-limit scope, metrics dimension.
+    const NAME: &'static str;
+
     fn from_env(
         env: &Env,
         ddb: aws_sdk_dynamodb::Client,
@@ -17,8 +26,51 @@ pub trait Function: Send + Sync + Sized + 'static {
         clock: SharedClock,
     ) -> Result<Self, ConfigError>;
 
-    /// Answers one request; never fails (errors are problem+json responses).
-    fn handle(&self, req: Request) -> impl Future<Output = Response<Body>> + Send;
+    /// The function's guards (and settings: base path, CORS origins).
+    fn gate(&self) -> &Gate;
+
+    /// The methods the route at `path` (after `BASE_PATH`) serves, as its 405's `Allow` lists
+    /// them; `None` when no route matches. A CORS preflight is answered from this alone.
+    fn methods(path: &str) -> Option<&'static str>;
+
+    /// Runs the guards and the route's work for one request that is not an answered preflight.
+    fn route(
+        &self,
+        req: &Request,
+        request_id: &str,
+        admission: &mut Admission,
+    ) -> impl Future<Output = Result<Response<Body>, ApiError>> + Send;
+
+    /// Answers one request; never fails (errors are problem+json responses). Written once for
+    /// both functions so CORS, `X-Request-Id`, the `RateLimit` fields and metrics cannot differ
+    /// between them: a preflight from a listed origin is answered before [`Function::route`]
+    /// (so before any guard: it reads nothing and counts in no layer), and every other answer
+    /// gets its CORS headers after it, errors and replays included.
+    fn handle(&self, req: Request) -> impl Future<Output = Response<Body>> + Send {
+        async move {
+            let request_id = request_id(&req);
+            let settings = &self.gate().settings;
+            let origin = settings.cors.listed_origin(req.headers());
+            if let Some(origin) = &origin {
+                let methods = route_path(&req, &settings.base_path).and_then(Self::methods);
+                if let (true, Some(methods)) = (crate::cors::is_preflight(&req), methods) {
+                    let preflight = settings.cors.preflight(origin.clone(), methods);
+                    return finish(preflight, &request_id, None);
+                }
+            }
+            let span =
+                tracing::info_span!("request", request_id = %request_id, function = Self::NAME);
+            let mut admission = Admission::default();
+            let result = self
+                .route(&req, &request_id, &mut admission)
+                .instrument(span)
+                .await;
+            crate::metrics::record(Self::NAME, &result);
+            let mut response = respond(result, &request_id, Some(&admission));
+            settings.cors.decorate(origin, &mut response);
+            response
+        }
+    }
 }
 
 /// Runs `F` on the Lambda runtime. A bad configuration fails the cold start with a message

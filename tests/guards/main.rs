@@ -1,6 +1,7 @@
 //! The shared guards against DynamoDB Local (and an SSM stand-in over HTTP).
 
 mod client_address;
+mod cors;
 mod fault_proxy;
 mod internal_callers;
 mod kill_switch;

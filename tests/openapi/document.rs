@@ -159,6 +159,20 @@ fn every_response_documents_the_contract_headers_and_media_types() {
             201 => required_header(pointer, "Location"),
             _ => {}
         }
+        if *status == 204 {
+            // The CORS preflight's answer: headers only.
+            assert!(response.get("content").is_none(), "{op} 204: no body");
+            for name in [
+                "Access-Control-Allow-Origin",
+                "Access-Control-Allow-Methods",
+                "Access-Control-Allow-Headers",
+                "Access-Control-Max-Age",
+                "Vary",
+            ] {
+                required_header(pointer, name);
+            }
+            continue;
+        }
         let media: Vec<&String> = response["content"]
             .as_object()
             .unwrap_or_else(|| panic!("{op} {status}: no content"))
@@ -180,6 +194,33 @@ fn every_response_documents_the_contract_headers_and_media_types() {
         }
     }
     required_header("/paths/~1session/post/responses/200", "Cache-Control");
+}
+
+/// A page on another origin can preflight every path, and the 204 names the methods `Allow`
+/// would.
+#[test]
+fn every_path_documents_its_cors_preflight() {
+    let spec = spec();
+    let paths = spec.get("/paths").as_object().unwrap();
+    for path in paths.keys() {
+        let op = format!("OPTIONS {path}");
+        let pointer = spec
+            .operation(&op)
+            .unwrap_or_else(|| panic!("{op}: the CORS preflight is not documented"));
+        let mut statuses = spec.statuses(&pointer);
+        statuses.sort();
+        assert_eq!(statuses, [204, 405], "{op}");
+        let (preflight, _) = spec.resolve(&format!("{pointer}/responses/204"));
+        let (_, methods) =
+            spec.resolve(&format!("{preflight}/headers/Access-Control-Allow-Methods"));
+        let listed: BTreeSet<String> = methods["schema"]["const"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{op}: Access-Control-Allow-Methods has no const"))
+            .split(", ")
+            .map(str::to_string)
+            .collect();
+        assert_eq!(listed, spec.methods_of(path), "{op}");
+    }
 }
 
 /// Every error the library can send, one of each variant.
@@ -389,6 +430,44 @@ fn the_validator_catches_drift() {
         &problem("rate_limited", 429, r#","retry_after":7"#),
     );
     assert_eq!(spec.problems_with(limited, &good_429), Vec::<String>::new());
+    let good_204 = response(
+        204,
+        &[
+            ("x-request-id", "r1"),
+            ("access-control-allow-origin", "https://app.example.com"),
+            ("access-control-allow-methods", "POST"),
+            (
+                "access-control-allow-headers",
+                "Content-Type, Idempotency-Key, Authorization",
+            ),
+            ("access-control-max-age", "600"),
+            ("vary", "Origin"),
+        ],
+        "",
+    );
+    let preflight = "/paths/~1session/options/responses/204";
+    assert_eq!(
+        spec.problems_with(preflight, &good_204),
+        Vec::<String>::new()
+    );
+    let good_cross_origin = response(
+        200,
+        &[
+            ("content-type", "application/json"),
+            ("x-request-id", "r1"),
+            ("access-control-allow-origin", "https://app.example.com"),
+            (
+                "access-control-expose-headers",
+                "Retry-After, RateLimit, RateLimit-Policy, Idempotent-Replayed, X-Request-Id",
+            ),
+            ("vary", "Origin"),
+        ],
+        r#"{"account_id":"acc_a","balance":5,"currency":"JPY"}"#,
+    );
+    assert_eq!(
+        spec.problems_with(account, &good_cross_origin),
+        Vec::<String>::new()
+    );
 
     let cases: Vec<(&str, &str, Response<Body>)> = vec![
         (
@@ -491,6 +570,97 @@ fn the_validator_catches_drift() {
                     ("retry-after", "1"),
                 ],
                 r#"{"account_id":"acc_a","balance":5,"currency":"JPY"}"#,
+            ),
+        ),
+        (
+            "Access-Control-Allow-Origin: *",
+            account,
+            response(
+                200,
+                &[
+                    ("content-type", "application/json"),
+                    ("x-request-id", "r1"),
+                    ("access-control-allow-origin", "*"),
+                ],
+                r#"{"account_id":"acc_a","balance":5,"currency":"JPY"}"#,
+            ),
+        ),
+        (
+            "Access-Control-Allow-Credentials",
+            account,
+            response(
+                200,
+                &[
+                    ("content-type", "application/json"),
+                    ("x-request-id", "r1"),
+                    ("access-control-allow-origin", "https://app.example.com"),
+                    ("access-control-allow-credentials", "true"),
+                ],
+                r#"{"account_id":"acc_a","balance":5,"currency":"JPY"}"#,
+            ),
+        ),
+        (
+            "Access-Control-Expose-Headers without Retry-After",
+            account,
+            response(
+                200,
+                &[
+                    ("content-type", "application/json"),
+                    ("x-request-id", "r1"),
+                    ("access-control-expose-headers", "RateLimit, X-Request-Id"),
+                ],
+                r#"{"account_id":"acc_a","balance":5,"currency":"JPY"}"#,
+            ),
+        ),
+        (
+            "preflight headers on an ordinary response",
+            account,
+            response(
+                200,
+                &[
+                    ("content-type", "application/json"),
+                    ("x-request-id", "r1"),
+                    ("access-control-allow-methods", "GET"),
+                ],
+                r#"{"account_id":"acc_a","balance":5,"currency":"JPY"}"#,
+            ),
+        ),
+        (
+            "a preflight answer with a body",
+            preflight,
+            response(
+                204,
+                &[
+                    ("x-request-id", "r1"),
+                    ("access-control-allow-origin", "https://app.example.com"),
+                    ("access-control-allow-methods", "POST"),
+                    (
+                        "access-control-allow-headers",
+                        "Content-Type, Idempotency-Key, Authorization",
+                    ),
+                    ("access-control-max-age", "600"),
+                    ("vary", "Origin"),
+                ],
+                "{}",
+            ),
+        ),
+        (
+            "a preflight answer naming other methods",
+            preflight,
+            response(
+                204,
+                &[
+                    ("x-request-id", "r1"),
+                    ("access-control-allow-origin", "https://app.example.com"),
+                    ("access-control-allow-methods", "GET, POST"),
+                    (
+                        "access-control-allow-headers",
+                        "Content-Type, Idempotency-Key, Authorization",
+                    ),
+                    ("access-control-max-age", "600"),
+                    ("vary", "Origin"),
+                ],
+                "",
             ),
         ),
         (

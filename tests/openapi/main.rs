@@ -12,6 +12,7 @@
 //! its error catalogue against the library's, and its request schema against the transfer
 //! parser.
 
+mod cors;
 mod coverage;
 mod document;
 mod operator;
@@ -103,5 +104,14 @@ mod conformance {
         ];
         operator::operator_internal_error => [(GET_SWITCH, 500), (PUT_SWITCH, 500)];
         operator::operator_unavailable => [(GET_SWITCH, 503), (PUT_SWITCH, 503)];
+        cors::cors_preflights_and_cross_origin_answers => [
+            ("OPTIONS /session", 204), ("OPTIONS /session", 405),
+            ("OPTIONS /internal/kill-switch", 204), ("OPTIONS /internal/kill-switch", 405),
+            ("OPTIONS /transfers", 204), ("OPTIONS /transfers", 405),
+            ("OPTIONS /transfers/{id}", 204), ("OPTIONS /transfers/{id}", 405),
+            ("OPTIONS /accounts/{id}", 204), ("OPTIONS /accounts/{id}", 405),
+            (SESSION, 200), (SESSION, 429), (GET_SWITCH, 200),
+            (POST_TRANSFERS, 201), (GET_ACCOUNT, 200), (UNKNOWN_ROUTE, 404),
+        ];
     }
 }

@@ -11,8 +11,11 @@
 //! - every header documented as required is present, and every documented header that is
 //!   present validates against its schema;
 //! - every contract header the response carries (`Retry-After`, `Allow`, `Location`,
-//!   `RateLimit`, …) is documented for that response, so the document cannot fall behind the
-//!   code silently;
+//!   `RateLimit`, the preflight's `Access-Control-Allow-Methods`, …) is documented for that
+//!   response, so the document cannot fall behind the code silently;
+//! - the CORS headers every response to a listed origin carries (`Access-Control-Allow-Origin`,
+//!   `Access-Control-Expose-Headers`, `Vary`), documented once in `components/headers` rather
+//!   than on each response, validate against that one definition wherever they appear;
 //! - for problem bodies: `retry_after` is present exactly when `Retry-After` is, with the same
 //!   value, and `request_id` is the `X-Request-Id` (except on a replay, which keeps the first
 //!   request's body byte for byte).
@@ -39,6 +42,21 @@ const CONTRACT_HEADERS: &[&str] = &[
     "idempotent-replayed",
     "ratelimit-policy",
     "ratelimit",
+    "access-control-allow-methods",
+    "access-control-allow-headers",
+    "access-control-max-age",
+    // Documented nowhere: the API never sends it (bearer tokens, not cookies).
+    "access-control-allow-credentials",
+];
+/// CORS headers of every response to a listed origin, with the `components/headers` entry that
+/// documents them for all responses at once.
+const CORS_HEADERS: &[(&str, &str)] = &[
+    ("access-control-allow-origin", "Access-Control-Allow-Origin"),
+    (
+        "access-control-expose-headers",
+        "Access-Control-Expose-Headers",
+    ),
+    ("vary", "Vary"),
 ];
 const METHODS: &[&str] = &["get", "put", "post", "delete", "patch", "head", "options"];
 
@@ -169,12 +187,13 @@ impl Spec {
         self.doc.pointer(&pointer).map(|_| pointer)
     }
 
-    /// The methods documented for `path`, upper case.
+    /// The methods documented for `path`, upper case, as `Allow` lists them: without the CORS
+    /// preflight (`options`), which is answered only for listed origins.
     pub fn methods_of(&self, path: &str) -> BTreeSet<String> {
         let item = self.get(&format!("/paths/{}", escape(path)));
         METHODS
             .iter()
-            .filter(|m| item.get(**m).is_some())
+            .filter(|m| **m != "options" && item.get(**m).is_some())
             .map(|m| m.to_uppercase())
             .collect()
     }
@@ -277,6 +296,20 @@ impl Spec {
                 problems.push(format!(
                     "header {name} is sent but not documented for this response"
                 ));
+            }
+        }
+        for (name, component) in CORS_HEADERS {
+            if documented_headers.contains(*name) {
+                continue;
+            }
+            for value in headers.get_all(*name) {
+                let text = value.to_str().unwrap_or_default();
+                let schema = format!("/components/headers/{component}/schema");
+                if let Err(e) = self.validate(&schema, &Value::String(text.to_string())) {
+                    problems.push(format!(
+                        "header {name}: {text:?} does not match {schema}: {e}"
+                    ));
+                }
             }
         }
         problems

@@ -333,7 +333,9 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         Box::new(move |extra: &[(String, String)]| {
             let mut cmd = Command::new(venv_bin.join("cargo-lambda"));
             cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
-                .args(["--invoke-port", &invoke_port.to_string()]);
+                .args(["--invoke-port", &invoke_port.to_string()])
+                // No CORS layer of its own: a browser sees the functions' CORS, as on a function URL.
+                .arg("--disable-cors");
             if !reload {
                 cmd.arg("--ignore-changes");
             }

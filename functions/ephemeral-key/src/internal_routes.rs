@@ -14,6 +14,9 @@ use tollgate::kill_switch::{FUNCTIONS, MAX_MESSAGE_CHARS};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
 
+/// What `/internal/kill-switch` serves.
+pub const METHODS: &str = "GET, PUT";
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FlipRequest {
@@ -29,7 +32,7 @@ pub async fn kill_switch(
     admission: &mut Admission,
 ) -> Result<Response<Body>, ApiError> {
     if req.method() != Method::GET && req.method() != Method::PUT {
-        return Err(ApiError::MethodNotAllowed { allow: "GET, PUT" });
+        return Err(ApiError::MethodNotAllowed { allow: METHODS });
     }
     let addr = gate.client_addr(req).await?;
     let caller = Caller {

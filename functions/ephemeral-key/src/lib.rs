@@ -4,6 +4,9 @@
 //! Routes (after `BASE_PATH` is stripped):
 //! - `POST /session` — see [`session`].
 //! - `GET|PUT /internal/kill-switch` — operator view and flip; `X-Internal-Token` required.
+//!
+//! A CORS preflight from a listed origin gets its 204 before any guard
+//! (`tollgate::serve::Function::handle`).
 
 pub mod config;
 mod internal_routes;
@@ -15,11 +18,10 @@ use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
-use tollgate::http::{request_id, respond, route_path};
+use tollgate::http::route_path;
 use tollgate::idempotency::IdempotencyStore;
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
-use tracing::Instrument;
 
 use crate::config::SessionSettings;
 use crate::session::Sessions;
@@ -31,6 +33,8 @@ pub const FUNCTION: &str = "ephemeral-key";
 pub const LIMITS_VAR: &str = "SESSION_RATE_LIMITS";
 /// Limits when `SESSION_RATE_LIMITS` is unset.
 pub const DEFAULT_LIMITS: &str = "ip=10/1h,global=2000/1d";
+/// What `/session` serves.
+const SESSION_METHODS: &str = "POST";
 
 /// Everything a request needs, built once per process.
 #[derive(Debug)]
@@ -40,6 +44,8 @@ pub struct App {
 }
 
 impl tollgate::serve::Function for App {
+    const NAME: &'static str = FUNCTION;
+
     fn from_env(
         env: &Env,
         ddb: aws_sdk_dynamodb::Client,
@@ -85,32 +91,35 @@ impl tollgate::serve::Function for App {
         })
     }
 
-    /// Serves one request. Never fails: every error is a problem+json response.
-    async fn handle(&self, req: Request) -> Response<Body> {
-        let request_id = request_id(&req);
-        let span = tracing::info_span!("request", request_id = %request_id, function = FUNCTION);
-        let mut admission = Admission::default();
-        let result = self.route(&req, &mut admission).instrument(span).await;
-        tollgate::metrics::record(FUNCTION, &result);
-        respond(result, &request_id, Some(&admission))
+    fn gate(&self) -> &Gate {
+        &self.gate
     }
-}
 
-impl App {
+    fn methods(path: &str) -> Option<&'static str> {
+        match path {
+            "/session" => Some(SESSION_METHODS),
+            "/internal/kill-switch" => Some(internal_routes::METHODS),
+            _ => None,
+        }
+    }
+
     async fn route(
         &self,
         req: &Request,
+        _request_id: &str,
         admission: &mut Admission,
     ) -> Result<Response<Body>, ApiError> {
         let path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
-        if matches!(path, "/session" | "/internal/kill-switch") {
+        if Self::methods(path).is_some() {
             tollgate::http::body_bytes(req, self.gate.settings.max_body_bytes)?;
         }
         match path {
             "/session" if req.method() == http::Method::POST => {
                 self.sessions.post(&self.gate, req, admission).await
             }
-            "/session" => Err(ApiError::MethodNotAllowed { allow: "POST" }),
+            "/session" => Err(ApiError::MethodNotAllowed {
+                allow: SESSION_METHODS,
+            }),
             "/internal/kill-switch" => {
                 internal_routes::kill_switch(&self.gate, req, admission).await
             }

@@ -7,7 +7,8 @@
 //!
 //! Every route runs, in order: kill switch, client address, `ip` layer, authentication
 //! (`Authorization: Bearer`; failures are already counted by the `ip` layer), `client` and
-//! `global` layers on the verified client id, then its own validation and work.
+//! `global` layers on the verified client id, then its own validation and work. A CORS preflight
+//! from a listed origin gets its 204 before all of them (`tollgate::serve::Function::handle`).
 
 pub mod config;
 pub mod domain;
@@ -20,11 +21,10 @@ use tollgate::clients::{bearer_token, ClientStore};
 use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
 use tollgate::gate::Gate;
-use tollgate::http::{body_bytes, json_response, request_id, respond, route_path};
+use tollgate::http::{body_bytes, json_response, route_path};
 use tollgate::idempotency::{fingerprint, IdempotencyKey, IdempotencyStore, KeyError, Scope};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
-use tracing::Instrument;
 
 use crate::config::TransferSettings;
 use crate::domain::{AccountId, TransferRequest};
@@ -55,6 +55,8 @@ enum Route<'a> {
 }
 
 impl tollgate::serve::Function for App {
+    const NAME: &'static str = FUNCTION;
+
     fn from_env(
         env: &Env,
         ddb: aws_sdk_dynamodb::Client,
@@ -90,21 +92,14 @@ impl tollgate::serve::Function for App {
         })
     }
 
-    /// Serves one request. Never fails: every error is a problem+json response.
-    async fn handle(&self, req: Request) -> Response<Body> {
-        let request_id = request_id(&req);
-        let span = tracing::info_span!("request", request_id = %request_id, function = FUNCTION);
-        let mut admission = Admission::default();
-        let result = self
-            .route(&req, &request_id, &mut admission)
-            .instrument(span)
-            .await;
-        tollgate::metrics::record(FUNCTION, &result);
-        respond(result, &request_id, Some(&admission))
+    fn gate(&self) -> &Gate {
+        &self.gate
     }
-}
 
-impl App {
+    fn methods(path: &str) -> Option<&'static str> {
+        resolve(path).map(|(_, allow)| allow)
+    }
+
     async fn route(
         &self,
         req: &Request,
@@ -112,13 +107,7 @@ impl App {
         admission: &mut Admission,
     ) -> Result<Response<Body>, ApiError> {
         let path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let (route, allow) = match segments.as_slice() {
-            ["transfers"] => (Route::Transfers, "POST"),
-            ["transfers", id] if !id.is_empty() => (Route::Transfer(id), "GET"),
-            ["accounts", id] if !id.is_empty() => (Route::Account(id), "GET"),
-            _ => return Err(ApiError::NotFound),
-        };
+        let (route, allow) = resolve(path).ok_or(ApiError::NotFound)?;
         if req.method().as_str() != allow {
             return Err(ApiError::MethodNotAllowed { allow });
         }
@@ -130,7 +119,20 @@ impl App {
             Route::Account(id) => self.get_account(id, &client_id).await,
         }
     }
+}
 
+/// The route at `path` and the one method it serves.
+fn resolve(path: &str) -> Option<(Route<'_>, &'static str)> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["transfers"] => Some((Route::Transfers, "POST")),
+        ["transfers", id] if !id.is_empty() => Some((Route::Transfer(id), "GET")),
+        ["accounts", id] if !id.is_empty() => Some((Route::Account(id), "GET")),
+        _ => None,
+    }
+}
+
+impl App {
     /// Kill switch, address, `ip` layer, bearer token, `client` and `global` layers.
     async fn authenticated(
         &self,
