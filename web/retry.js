@@ -26,7 +26,7 @@
  * `failed` and `closed` (the peer connection's state), `channel_closed` (the `oai-events`
  * data channel closed), `cap` (the provider's 60-minute limit on a call), `timeout` (the peer
  * connection did not connect in time), `setup` (the offer or answer could not be applied).
- * @typedef {'failed' | 'closed' | 'channel_closed' | 'cap' | 'timeout' | 'setup'} DropReason
+ * @typedef {'failed' | 'closed' | 'disconnected' | 'channel_closed' | 'cap' | 'timeout' | 'setup'} DropReason
  */
 
 /**

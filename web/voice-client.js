@@ -95,6 +95,9 @@ import { RetryPolicy, retryAfterSeconds } from './retry.js';
  *   counts as a drop (default 20000)
  * @property {number} [requestTimeoutMs] longest wait for an HTTP answer, body included; then
  *   it counts as no answer (default 15000)
+ * @property {number} [disconnectGraceMs] how long a call may stay `disconnected` before it
+ *   counts as dropped (default 5000): a peer that goes away without a word is noticed by ICE
+ *   consent as `disconnected`, and `failed` can take half a minute more
  * @property {number} [maxCallMs] the provider's cap on a call; the client ends the call then
  *   and reconnects as after a drop (default 60 minutes)
  * @property {FetchLike} [fetch] injectable: `fetch`
@@ -171,6 +174,7 @@ export class VoiceClient extends EventTarget {
       realtime: trimSlash(options.realtime ?? 'https://api.openai.com'),
       iceGatheringTimeoutMs: options.iceGatheringTimeoutMs ?? 3_000,
       connectTimeoutMs: options.connectTimeoutMs ?? 20_000,
+      disconnectGraceMs: options.disconnectGraceMs ?? 5_000,
       requestTimeoutMs: options.requestTimeoutMs ?? 15_000,
       maxCallMs: options.maxCallMs ?? 60 * 60 * 1000,
       fetch: options.fetch ?? ((url, init) => globalThis.fetch(url, init)),
@@ -320,8 +324,14 @@ export class VoiceClient extends EventTarget {
     pc.addEventListener('connectionstatechange', () => {
       const state = pc.connectionState;
       if (state === 'connected') this.#connected(run, call);
-      // `disconnected` is left alone: it often recovers, and if not it becomes `failed`.
       else if (state === 'failed' || state === 'closed') this.#dropped(run, call, state);
+      // `disconnected` often recovers within a second or two; one that lasts is a drop (it
+      // would become `failed` only much later).
+      else if (state === 'disconnected') {
+        this.#after(call, this.#o.disconnectGraceMs, () => {
+          if (pc.connectionState === 'disconnected') this.#dropped(run, call, 'disconnected');
+        });
+      }
     });
     for (const track of mic.getTracks()) pc.addTrack(track, mic);
     const dc = pc.createDataChannel('oai-events');

@@ -259,7 +259,9 @@ async function call(req, res) {
   const id = `rtc_${crypto.randomBytes(8).toString("hex")}`;
   entry.id = id;
   entry.candidates = (offer.match(/^a=candidate:.*$/gm) || []).map((c) => c.split(" ")[4]);
+  const channels = [];
   pc.onDataChannel.subscribe((channel) => {
+    channels.push(channel);
     entry.channel = channel.label;
     const hello = () => channel.send(JSON.stringify({ type: "session.created", event_id: `evt_${id}`, session: { id } }));
     if (channel.readyState === "open") hello();
@@ -278,7 +280,11 @@ async function call(req, res) {
     if (s === "connected" && state.control.dropCallsAfterMs != null) {
       setTimeout(() => {
         entry.dropped = Date.now();
-        pc.close().catch(() => {});
+        // Close the channel first: its SCTP stream reset reaches the browser at once (a bare
+        // close of werift's peer is noticed only by ICE consent, seconds later, as
+        // "disconnected").
+        for (const c of channels) c.close();
+        setTimeout(() => pc.close().catch(() => {}), 200);
       }, state.control.dropCallsAfterMs);
     }
   });

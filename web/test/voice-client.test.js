@@ -440,6 +440,30 @@ test('a call that stayed up 60 s resets the back-off', async () => {
   assert.equal(client.state.seconds, 3);
 });
 
+test('a call that stays disconnected for disconnectGraceMs is a drop; one that recovers is not', async () => {
+  const w = new World();
+  const client = w.client({ disconnectGraceMs: 5_000 });
+  client.start();
+  await w.clock.advance(0);
+  const first = w.pc;
+  first.setState('disconnected');
+  await w.clock.advance(4_000);
+  first.setState('connected');
+  await w.clock.advance(2_000);
+  assert.equal(client.state.name, 'connected', 'recovered within the grace: still the same call');
+  assert.equal(first.closed, false);
+
+  first.setState('disconnected');
+  await w.clock.advance(4_999);
+  assert.equal(client.state.name, 'connected');
+  await w.clock.advance(1);
+  assert.equal(client.state.name, 'reconnecting');
+  assert.equal(client.state.reason, 'disconnected');
+  assert.equal(first.closed, true);
+  await w.clock.advance(3_000);
+  assert.equal(w.sessions.length, 2, 'a new secret after the drop');
+});
+
 test('the provider\'s 60-minute cap ends the call and reconnects in 3 s', async () => {
   const w = new World();
   const client = w.client();
