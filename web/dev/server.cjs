@@ -280,11 +280,12 @@ async function call(req, res) {
     if (s === "connected" && state.control.dropCallsAfterMs != null) {
       setTimeout(() => {
         entry.dropped = Date.now();
-        // Close the channel first: its SCTP stream reset reaches the browser at once (a bare
+        // Close the channel first and the peer 2 s later: the SCTP stream reset reaches the
+        // browser within about a second (a bare
         // close of werift's peer is noticed only by ICE consent, seconds later, as
         // "disconnected").
         for (const c of channels) c.close();
-        setTimeout(() => pc.close().catch(() => {}), 200);
+        setTimeout(() => pc.close().catch(() => {}), 2000);
       }, state.control.dropCallsAfterMs);
     }
   });
