@@ -950,7 +950,7 @@ fn report(outcomes: &[Outcome], panics: usize, python_version: &str) -> Section 
         }
     }
     w(String::new());
-    w("Each test case is one call (a stateful scenario's steps count one each). `OPTIONS` gets 200 from `cargo lambda watch`'s CORS layer, not from a function; the functions answer 405 to every other undocumented method.".into());
+    w("Each test case is one call (a stateful scenario's steps count one each). `cargo lambda watch` runs with `--disable-cors`, so `OPTIONS` reaches the functions: with `CORS_ALLOWED_ORIGINS` empty (this stack) a preflight gets the documented 405; the functions answer 405 to every other undocumented method.".into());
     w(String::new());
 
     w("### Checks".into());
