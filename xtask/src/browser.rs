@@ -87,15 +87,7 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
     let result = util::run(&mut cmd);
     step("browser: stop");
     drop(stack);
-    match &result {
-        Ok(()) => {
-            let _ = fs::remove_dir_all(&state_dir);
-        }
-        Err(_) => info(format!(
-            "browser test logs kept in {}",
-            state_dir.join("logs").display()
-        )),
-    }
+    util::tidy_state_dir(&result, &state_dir, "browser test");
     result
 }
 

@@ -217,15 +217,7 @@ fn end_to_end(tools: &Tools) -> Result {
         ));
         result
     });
-    match &result {
-        Ok(()) => {
-            let _ = fs::remove_dir_all(&state_dir);
-        }
-        Err(_) => info(format!(
-            "e2e logs kept in {}",
-            state_dir.join("logs").display()
-        )),
-    }
+    util::tidy_state_dir(&result, &state_dir, "e2e");
     result
 }
 

@@ -215,3 +215,17 @@ pub fn unix_now() -> u64 {
         .unwrap_or_default()
         .as_secs()
 }
+
+/// After a private stack's run: its state directory is removed when `result` is Ok and kept
+/// (and named, with its logs) when it failed, so a failure can be read afterwards.
+pub fn tidy_state_dir(result: &Result, state_dir: &Path, what: &str) {
+    match result {
+        Ok(()) => {
+            let _ = std::fs::remove_dir_all(state_dir);
+        }
+        Err(_) => info(format!(
+            "{what} logs kept in {}",
+            state_dir.join("logs").display()
+        )),
+    }
+}
