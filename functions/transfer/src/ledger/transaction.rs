@@ -1,17 +1,6 @@
-//! Accounts and transfers in DynamoDB, and the one transaction that moves money.
-//!
-//! A transfer is one `TransactWriteItems` of four writes:
-//!
-//! | # | write | condition |
-//! |---|---|---|
-//! | 0 | the idempotency record, completed with the 201 response | key free or expired |
-//! | 1 | debit `from` | exists, owned by the caller, currency as expected, balance ≥ amount |
-//! | 2 | credit `to` | exists, currency as expected, balance + amount ≤ [`MAX_BALANCE`] |
-//! | 3 | the transfer record | id unused |
-//!
-//! Either all four commit or none does: there is no moment where money moved and the key does
-//! not say so, or the key says done and money did not move. When the transaction is cancelled,
-//! the cancellation reasons (with `ALL_OLD` items) say why, without a second read.
+//! The transaction that moves money: [`Ledger::transfer`], its attempts, how each answer is
+//! read, and how an unknown outcome is resolved. The four writes are in [the ledger's](super)
+//! doc.
 //!
 //! The request names no currency, so the transaction states the one it expects: a per-process
 //! cache of account currencies (immutable after creation) or the default. A wrong guess shows in
@@ -45,7 +34,6 @@
 //! | any other error (a missing table, a validation error) | not applied: a misconfiguration or a bug | resolve if unknown, else 503 |
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -54,16 +42,15 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
-use aws_sdk_dynamodb::Client;
 use http::header::{HeaderValue, LOCATION};
 use http::StatusCode;
 use lambda_http::{Body, Response};
-use serde::Serialize;
-use tollgate::clock::SharedClock;
 use tollgate::http::json_response;
-use tollgate::idempotency::{Existing, IdempotencyStore, RecordState, Scope, StoredResponse};
+use tollgate::idempotency::{Existing, RecordState, Scope, StoredResponse};
 use tollgate::ApiError;
 
+use super::items::{n, s};
+use super::{Ledger, Transfer, MAX_BALANCE};
 use crate::domain::{AccountId, TransferRequest};
 
 /// Attempts per request: every send of the transaction, whatever came back (conflicts,
@@ -74,82 +61,6 @@ const MAX_ATTEMPTS: u32 = 6;
 /// function's 10-second timeout, so the client hears our answer rather than the platform's.
 const SEND_BUDGET: Duration = Duration::from_secs(5);
 const CURRENCY_CACHE_CAPACITY: usize = 10_000;
-
-/// An account as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Account {
-    pub account_id: String,
-    pub balance: u64,
-    pub currency: String,
-    pub client_id: String,
-}
-
-/// A transfer as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Transfer {
-    pub transfer_id: String,
-    pub from: String,
-    pub to: String,
-    pub amount: u64,
-    pub memo: Option<String>,
-    pub created_at: String,
-}
-
-/// The accounts or transfers table could not be used.
-#[derive(Debug, thiserror::Error)]
-#[error("ledger {operation} failed")]
-pub struct LedgerError {
-    operation: &'static str,
-    #[source]
-    source: Box<dyn std::error::Error + Send + Sync>,
-}
-
-fn ledger_error(
-    operation: &'static str,
-    e: impl std::error::Error + Send + Sync + 'static,
-) -> LedgerError {
-    LedgerError {
-        operation,
-        source: Box::new(e),
-    }
-}
-
-impl From<LedgerError> for ApiError {
-    fn from(e: LedgerError) -> Self {
-        tracing::error!(error = %e, source = ?std::error::Error::source(&e), "ledger store failed");
-        ApiError::Unavailable { retry_after: 1 }
-    }
-}
-
-/// Largest balance an account may hold: amounts stay within a signed 64-bit integer, which
-/// every client language can represent.
-pub const MAX_BALANCE: u64 = i64::MAX as u64;
-
-/// Why `create_account` or `deposit` did nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum AccountError {
-    #[error("no such account")]
-    NotFound,
-    #[error("the balance would exceed {MAX_BALANCE}")]
-    BalanceLimit,
-    #[error(transparent)]
-    Store(#[from] LedgerError),
-}
-
-/// Accounts, transfers and the transfer transaction.
-#[derive(Debug)]
-pub struct Ledger {
-    ddb: Client,
-    accounts: String,
-    transfers: String,
-    idempotency: IdempotencyStore,
-    clock: SharedClock,
-    default_currency: String,
-    /// Prefix of the `Location` of a new transfer (`BASE_PATH`), so the link works behind
-    /// CloudFront's `/api`.
-    base_path: String,
-    currencies: Mutex<HashMap<String, String>>,
-}
 
 /// What one attempt of the transaction came to.
 enum Attempt {
@@ -181,31 +92,6 @@ enum Resolved {
 }
 
 impl Ledger {
-    pub fn new(
-        ddb: Client,
-        accounts: impl Into<String>,
-        transfers: impl Into<String>,
-        idempotency: IdempotencyStore,
-        clock: SharedClock,
-        default_currency: impl Into<String>,
-        base_path: impl Into<String>,
-    ) -> Self {
-        Self {
-            ddb,
-            accounts: accounts.into(),
-            transfers: transfers.into(),
-            idempotency,
-            clock,
-            default_currency: default_currency.into(),
-            base_path: base_path.into(),
-            currencies: Mutex::new(HashMap::new()),
-        }
-    }
-
-    pub fn idempotency(&self) -> &IdempotencyStore {
-        &self.idempotency
-    }
-
     fn cached_currency(&self, account: &AccountId) -> Option<String> {
         self.currencies
             .lock()
@@ -653,144 +539,7 @@ impl Ledger {
             Some(existing) => existing.into_result(),
         }
     }
-
-    /// Creates an account for `client_id`.
-    pub async fn create_account(
-        &self,
-        client_id: &str,
-        balance: u64,
-        currency: &str,
-    ) -> Result<Account, LedgerError> {
-        let account_id = tollgate::ids::new_id("acc");
-        self.ddb
-            .put_item()
-            .table_name(&self.accounts)
-            .item("pk", AttributeValue::S(account_id.clone()))
-            .item("client_id", AttributeValue::S(client_id.into()))
-            .item("currency", AttributeValue::S(currency.into()))
-            .item("balance", AttributeValue::N(balance.to_string()))
-            .item(
-                "created_at",
-                AttributeValue::N((self.clock.now_ms() / 1000).to_string()),
-            )
-            .condition_expression("attribute_not_exists(pk)")
-            .send()
-            .await
-            .map_err(|e| ledger_error("create account", e))?;
-        Ok(Account {
-            account_id,
-            balance,
-            currency: currency.into(),
-            client_id: client_id.into(),
-        })
-    }
-
-    /// Adds `amount` to an existing account in one conditional write (operators, tests and
-    /// demos). The condition also keeps the balance at most [`MAX_BALANCE`].
-    ///
-    /// The write is a one-item transaction under `token` (a `ClientRequestToken`, 1 to 36
-    /// characters): a deposit whose answer was lost and that is sent again, by the SDK or by the
-    /// operator rerunning the command with the same token within DynamoDB's ten-minute window,
-    /// is applied once. A plain `UpdateItem` (`ADD`) resent after a lost answer adds twice.
-    pub async fn deposit(
-        &self,
-        account_id: &str,
-        amount: u64,
-        token: &str,
-    ) -> Result<Account, AccountError> {
-        let ceiling = MAX_BALANCE
-            .checked_sub(amount)
-            .ok_or(AccountError::BalanceLimit)?;
-        let update = Update::builder()
-            .table_name(&self.accounts)
-            .key("pk", AttributeValue::S(account_id.into()))
-            .update_expression("SET #balance = #balance + :amount")
-            .condition_expression("attribute_exists(pk) AND #balance <= :ceiling")
-            .expression_attribute_names("#balance", "balance")
-            .expression_attribute_values(":amount", AttributeValue::N(amount.to_string()))
-            .expression_attribute_values(":ceiling", AttributeValue::N(ceiling.to_string()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .expect("deposit is complete");
-        let result = self
-            .ddb
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(update).build())
-            .client_request_token(token)
-            .send()
-            .await;
-        match result {
-            // A transaction returns no item: read the account (strongly consistent) to show it.
-            Ok(_) => self
-                .account(account_id)
-                .await?
-                .ok_or(AccountError::NotFound),
-            Err(SdkError::ServiceError(e)) => match e.err() {
-                TransactWriteItemsError::TransactionCanceledException(c) => {
-                    let failed = c
-                        .cancellation_reasons()
-                        .first()
-                        .filter(|r| r.code() == Some("ConditionalCheckFailed"));
-                    match failed {
-                        Some(r) if r.item().is_some() => Err(AccountError::BalanceLimit),
-                        Some(_) => Err(AccountError::NotFound),
-                        None => Err(ledger_error("deposit", TransactionCancelled).into()),
-                    }
-                }
-                _ => Err(ledger_error("deposit", e.into_err()).into()),
-            },
-            Err(e) => Err(ledger_error("deposit", e).into()),
-        }
-    }
-
-    /// An account, read strongly consistent.
-    pub async fn account(&self, account_id: &str) -> Result<Option<Account>, LedgerError> {
-        let out = self
-            .ddb
-            .get_item()
-            .table_name(&self.accounts)
-            .key("pk", AttributeValue::S(account_id.into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| ledger_error("read account", e))?;
-        Ok(out.item().and_then(account_of))
-    }
-
-    /// A transfer and the client that made it.
-    pub async fn transfer_record(
-        &self,
-        transfer_id: &str,
-    ) -> Result<Option<(Transfer, String)>, LedgerError> {
-        let out = self
-            .ddb
-            .get_item()
-            .table_name(&self.transfers)
-            .key("pk", AttributeValue::S(transfer_id.into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| ledger_error("read transfer", e))?;
-        Ok(out.item().and_then(|item| {
-            Some((
-                Transfer {
-                    transfer_id: s(item, "pk")?.into(),
-                    from: s(item, "from")?.into(),
-                    to: s(item, "to")?.into(),
-                    amount: n(item, "amount")?,
-                    memo: s(item, "memo").map(str::to_string),
-                    created_at: s(item, "created_at")?.into(),
-                },
-                s(item, "client_id")?.to_string(),
-            ))
-        }))
-    }
 }
-
-/// A deposit's transaction was cancelled for a reason other than its condition (a conflict).
-#[derive(Debug, thiserror::Error)]
-#[error("deposit transaction cancelled")]
-struct TransactionCancelled;
 
 enum Explained {
     Done(Existing),
@@ -802,21 +551,4 @@ enum Explained {
 async fn backoff(attempt: u32) {
     let jitter = tollgate::ids::random_u64() % 16;
     tokio::time::sleep(Duration::from_millis(10 * (1 << attempt.min(4)) + jitter)).await;
-}
-
-fn s<'a>(item: &'a HashMap<String, AttributeValue>, key: &str) -> Option<&'a str> {
-    item.get(key)?.as_s().ok().map(String::as_str)
-}
-
-fn n(item: &HashMap<String, AttributeValue>, key: &str) -> Option<u64> {
-    item.get(key)?.as_n().ok()?.parse().ok()
-}
-
-fn account_of(item: &HashMap<String, AttributeValue>) -> Option<Account> {
-    Some(Account {
-        account_id: s(item, "pk")?.into(),
-        balance: n(item, "balance")?,
-        currency: s(item, "currency")?.into(),
-        client_id: s(item, "client_id")?.into(),
-    })
 }
