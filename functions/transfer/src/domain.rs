@@ -35,6 +35,32 @@ impl fmt::Display for AccountId {
     }
 }
 
+/// A transfer id as the ledger mints them (`tollgate::ids::new_id("tr")`): `tr_` and 32
+/// lower-case hex digits, the `TransferId` pattern in `openapi.yaml`.
+///
+/// Anything else cannot name a transfer, so `GET /transfers/{id}` answers 404 without asking
+/// DynamoDB (which would refuse an over-long key with an error that is not the client's).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TransferId(String);
+
+impl TransferId {
+    const PREFIX: &'static str = "tr_";
+    const HEX_DIGITS: usize = 32;
+
+    pub fn parse(s: &str) -> Option<Self> {
+        let hex = s.strip_prefix(Self::PREFIX)?;
+        let ok = hex.len() == Self::HEX_DIGITS
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        ok.then(|| Self(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A positive amount in minor units, at most the configured maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Amount(u64);
@@ -144,6 +170,29 @@ mod tests {
 
     fn parse(body: &str) -> Result<TransferRequest, String> {
         TransferRequest::parse(body.as_bytes(), MAX)
+    }
+
+    #[test]
+    fn transfer_ids_are_exactly_what_the_ledger_mints() {
+        let minted = tollgate::ids::new_id("tr");
+        assert_eq!(TransferId::parse(&minted).unwrap().as_str(), minted);
+        assert!(TransferId::parse("tr_0123456789abcdef0123456789abcdef").is_some());
+        for bad in [
+            "",
+            "tr_",
+            "tr_x",
+            "tr_0123",
+            "tr_0123456789ABCDEF0123456789abcdef",
+            "tr_0123456789abcdef0123456789abcde",
+            "tr_0123456789abcdef0123456789abcdef0",
+            "tr_0123456789abcdef0123456789abcdeg",
+            "TR_0123456789abcdef0123456789abcdef",
+            "acc_0123456789abcdef0123456789abcdef",
+            "tr-0123456789abcdef0123456789abcdef",
+            "tr_0123456789abcdef0123456789abcdé",
+        ] {
+            assert!(TransferId::parse(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]
