@@ -54,7 +54,7 @@ impl Gate {
             ssm,
             clock.clone(),
             settings.secrets_ttl,
-            settings.upstream_cooldown,
+            settings.secrets_cooldown,
         ));
         Self {
             kill_switch: KillSwitch::new(
