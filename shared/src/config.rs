@@ -222,7 +222,11 @@ impl GuardSettings {
             max_body_bytes,
             base_path,
             block_cache_capacity,
-            block_cache_max_age: env.seconds_or("RATE_LIMIT_BLOCK_CACHE_SECONDS", 5, 0)?,
+            block_cache_max_age: env.seconds_or(
+                "RATE_LIMIT_BLOCK_CACHE_SECONDS",
+                crate::ratelimit::DEFAULT_BLOCK_CACHE_MAX_AGE.as_secs(),
+                0,
+            )?,
             cors,
         })
     }
