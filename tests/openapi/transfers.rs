@@ -313,7 +313,6 @@ pub async fn transfer_kill_switch(c: &Checker) {
         Some("Transfers are paused for maintenance."),
     )
     .await
-    .unwrap()
     .unwrap();
     let resps = [
         (
