@@ -169,8 +169,7 @@ impl App {
     ) -> Result<Response<Body>, ApiError> {
         let key = IdempotencyKey::from_headers(req.headers())?.ok_or(KeyError::Missing)?;
         let body = body_bytes(req, self.gate.settings.max_body_bytes)?;
-        let transfer = TransferRequest::parse(body, self.settings.max_amount)
-            .map_err(|detail| ApiError::BadRequest { detail })?;
+        let transfer = TransferRequest::parse(body, self.settings.max_amount)?;
         let scope = Scope::new(client_id, POST_TRANSFERS, &key);
         let fingerprint = fingerprint(&transfer.canonical);
         self.ledger
