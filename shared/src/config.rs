@@ -144,7 +144,9 @@ pub struct GuardSettings {
     /// table fails; after that requests get 503 (fail closed).
     pub kill_switch_stale: Duration,
     pub secrets_ttl: Duration,
-    /// Pause after a failing secret store or upstream before it is asked again.
+    /// Pause after a failing secret store (SSM) before it is asked again for that secret.
+    pub secrets_cooldown: Duration,
+    /// Pause after a failing upstream (OpenAI) before it is asked again.
     pub upstream_cooldown: Duration,
     pub rate_limit_table: String,
     pub control_table: String,
@@ -211,6 +213,7 @@ impl GuardSettings {
                 0,
             )?,
             secrets_ttl: env.seconds_or("SECRETS_TTL_SECONDS", 300, 0)?,
+            secrets_cooldown: env.seconds_or("SECRETS_COOLDOWN_SECONDS", 5, 1)?,
             upstream_cooldown: env.seconds_or("UPSTREAM_COOLDOWN_SECONDS", 5, 1)?,
             rate_limit_table: env.string_or("RATE_LIMIT_TABLE", DEFAULT_RATE_LIMIT_TABLE),
             control_table: env.string_or("CONTROL_TABLE", DEFAULT_CONTROL_TABLE),
@@ -219,7 +222,11 @@ impl GuardSettings {
             max_body_bytes,
             base_path,
             block_cache_capacity,
-            block_cache_max_age: env.seconds_or("RATE_LIMIT_BLOCK_CACHE_SECONDS", 5, 0)?,
+            block_cache_max_age: env.seconds_or(
+                "RATE_LIMIT_BLOCK_CACHE_SECONDS",
+                crate::ratelimit::DEFAULT_BLOCK_CACHE_MAX_AGE.as_secs(),
+                0,
+            )?,
             cors,
         })
     }
@@ -245,6 +252,7 @@ mod tests {
         assert_eq!(s.kill_switch_cache, Duration::from_secs(5));
         assert_eq!(s.kill_switch_stale, Duration::from_secs(60));
         assert_eq!(s.secrets_ttl, Duration::from_secs(300));
+        assert_eq!(s.secrets_cooldown, Duration::from_secs(5));
         assert_eq!(s.upstream_cooldown, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 16 * 1024);
         assert_eq!(s.rate_limits.to_string(), "ip=300/1m,client=60/1m");
@@ -255,6 +263,19 @@ mod tests {
     }
 
     #[test]
+    fn the_secret_store_and_the_upstream_pause_on_their_own_settings() {
+        let s = settings(&[
+            ("SECRETS_COOLDOWN_SECONDS", "7"),
+            ("UPSTREAM_COOLDOWN_SECONDS", "2"),
+        ])
+        .unwrap();
+        assert_eq!(s.secrets_cooldown, Duration::from_secs(7));
+        assert_eq!(s.upstream_cooldown, Duration::from_secs(2));
+        let s = settings(&[("UPSTREAM_COOLDOWN_SECONDS", "2")]).unwrap();
+        assert_eq!(s.secrets_cooldown, Duration::from_secs(5));
+    }
+
+    #[test]
     fn bad_values_name_their_variable() {
         let err = settings(&[("TRANSFER_RATE_LIMITS", "ip=ten/1h")]).unwrap_err();
         assert_eq!(err.var, "TRANSFER_RATE_LIMITS");
@@ -262,6 +283,8 @@ mod tests {
         assert_eq!(err.var, "CLIENT_IP_SOURCE");
         let err = settings(&[("UPSTREAM_COOLDOWN_SECONDS", "0")]).unwrap_err();
         assert_eq!(err.var, "UPSTREAM_COOLDOWN_SECONDS");
+        let err = settings(&[("SECRETS_COOLDOWN_SECONDS", "0")]).unwrap_err();
+        assert_eq!(err.var, "SECRETS_COOLDOWN_SECONDS");
         let err = settings(&[("KILL_SWITCH_STALE_SECONDS", "-1")]).unwrap_err();
         assert_eq!(err.var, "KILL_SWITCH_STALE_SECONDS");
         let err = settings(&[("BASE_PATH", "api/")]).unwrap_err();

@@ -54,7 +54,7 @@ impl Gate {
             ssm,
             clock.clone(),
             settings.secrets_ttl,
-            settings.upstream_cooldown,
+            settings.secrets_cooldown,
         ));
         Self {
             kill_switch: KillSwitch::new(
@@ -69,7 +69,6 @@ impl Gate {
                 &settings.rate_limit_table,
                 &settings.function,
                 clock.clone(),
-                settings.block_cache_capacity,
             )
             .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
             secrets,

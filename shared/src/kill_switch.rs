@@ -66,10 +66,16 @@ pub struct ControlStoreError {
     source: Box<dyn std::error::Error + Send + Sync>,
 }
 
-/// An operator's request that cannot be stored as given.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("message longer than {MAX_MESSAGE_CHARS} characters")]
-pub struct MessageTooLong;
+/// A flip that was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum SetError {
+    /// The operator's message is longer than [`MAX_MESSAGE_CHARS`]; nothing was written. The
+    /// operator's mistake, not an outage: callers answer it differently.
+    #[error("message longer than {MAX_MESSAGE_CHARS} characters")]
+    MessageTooLong,
+    #[error(transparent)]
+    Store(#[from] ControlStoreError),
+}
 
 /// What this process knows of one function's switch.
 #[derive(Debug, Clone, Default)]
@@ -233,10 +239,10 @@ impl KillSwitch {
         function: &str,
         enabled: bool,
         message: Option<&str>,
-    ) -> Result<Result<SwitchState, MessageTooLong>, ControlStoreError> {
+    ) -> Result<SwitchState, SetError> {
         let message = message.map(str::trim).unwrap_or_default();
         if message.chars().count() > MAX_MESSAGE_CHARS {
-            return Ok(Err(MessageTooLong));
+            return Err(SetError::MessageTooLong);
         }
         let message = match (enabled, message.is_empty()) {
             (true, true) => DEFAULT_MESSAGE.to_string(),
@@ -260,11 +266,11 @@ impl KillSwitch {
             })?;
         // This process applies its own flip at once; others within the cache time.
         self.known.lock().await.remove(function);
-        Ok(Ok(SwitchState {
+        Ok(SwitchState {
             function: function.to_string(),
             enabled,
             message,
-        }))
+        })
     }
 }
 

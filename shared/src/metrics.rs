@@ -32,7 +32,8 @@ pub enum Event<'a> {
     /// The upstream refused our API key, also as freshly read from the secret store, and the
     /// longer key cooldown started: nothing heals until an operator puts a valid key in place.
     UpstreamKeyRefused,
-    /// A request was answered 503 because of a running cooldown.
+    /// A request was answered 503, without an upstream call, because an upstream cooldown was
+    /// running (after a failure, or a refused key): how much traffic a failure turned away.
     Cooldown,
     /// Any 5xx answer.
     Status5xx,

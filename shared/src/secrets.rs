@@ -5,7 +5,8 @@
 //! - When a refresh fails, the cached value keeps serving (and the failure is logged): a brief
 //!   SSM problem must not take the API down.
 //! - With no value at all the caller gets [`SecretError::Unavailable`] (503 + `Retry-After`) and
-//!   SSM is left alone until the cooldown ends (lesson 003: no retry storm).
+//!   SSM is left alone for that secret until the cooldown (`SECRETS_COOLDOWN_SECONDS`) ends
+//!   (lesson 003: no retry storm).
 //! - When a provider refuses a value (a rotated API key), [`SecretStore::refetch_refused`]
 //!   reads it anew once for all the requests it refused, and at most once per period.
 //! - Failures are classified. Throttling, 5xx, network and timeouts are temporary; a missing

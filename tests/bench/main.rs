@@ -25,7 +25,9 @@ use serde_json::Value;
 use tollgate::clock::{SharedClock, SystemClock};
 use tollgate::config::Env;
 use tollgate::idempotency::{fingerprint, IdempotencyKey, Scope};
-use tollgate::ratelimit::{Admission, Layer, LimitCheck, RateLimit, RateLimiter, Verdict};
+use tollgate::ratelimit::{
+    Admission, Layer, LimitCheck, RateLimit, RateLimiter, Verdict, DEFAULT_BLOCK_CACHE_MAX_AGE,
+};
 use tollgate::serve::Function;
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo::{self, Tables};
@@ -317,13 +319,8 @@ async fn part2(n: usize) -> Res<Part2> {
     let tables = Tables::create(&ddb).await;
     let clock: SharedClock = Arc::new(SystemClock);
     let big = RateLimit::new(Layer::Client, 100_000_000, Duration::from_secs(3600))?;
-    let limiter = RateLimiter::new(
-        ddb.clone(),
-        &tables.rate_limits,
-        "bench",
-        clock.clone(),
-        10_000,
-    );
+    let limiter = RateLimiter::new(ddb.clone(), &tables.rate_limits, "bench", clock.clone())
+        .with_block_cache(10_000, DEFAULT_BLOCK_CACHE_MAX_AGE);
     let expires = clock.now_ms() / 1000 + 3600;
 
     // Warm-up, both paths.
@@ -373,13 +370,8 @@ async fn part2(n: usize) -> Res<Part2> {
     let small = RateLimit::new(Layer::Ip, 5, Duration::from_secs(3600))?;
     let mut per_rejection = Vec::new();
     for capacity in [10_000, 0] {
-        let limiter = RateLimiter::new(
-            ddb.clone(),
-            &tables.rate_limits,
-            "bench",
-            clock.clone(),
-            capacity,
-        );
+        let limiter = RateLimiter::new(ddb.clone(), &tables.rate_limits, "bench", clock.clone())
+            .with_block_cache(capacity, DEFAULT_BLOCK_CACHE_MAX_AGE);
         let key = format!("full-{capacity}");
         let checks = [LimitCheck {
             limit: &small,

@@ -12,7 +12,6 @@ async fn count_session_requests(cli: &TestCli, limits: &RateLimits, ip: &str, n:
         cli.table("RateLimitTable"),
         ephemeral_key::FUNCTION,
         shared(&cli.clock),
-        0,
     );
     let key = ClientAddr::from_ip(ip.parse().unwrap()).to_string();
     let check = LimitCheck {

@@ -153,7 +153,6 @@ async fn a_preflight_is_answered_even_while_the_kill_switch_is_on() {
     )
     .set("ephemeral-key", true, Some("Paused for today."))
     .await
-    .unwrap()
     .unwrap();
     let resp = h.send(preflight("/session", APP, "POST").request()).await;
     assert_preflight(&resp, APP, "POST");

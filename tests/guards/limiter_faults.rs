@@ -39,13 +39,7 @@ async fn setup() -> Setup {
 async fn refund_disturbed_by(fault: Fault) -> (u64, usize) {
     let s = setup().await;
     let (_, clock) = manual_clock();
-    let limiter = RateLimiter::new(
-        s.ddb.clone(),
-        &s.tables.rate_limits,
-        "ephemeral-key",
-        clock,
-        0,
-    );
+    let limiter = RateLimiter::new(s.ddb.clone(), &s.tables.rate_limits, "ephemeral-key", clock);
     let shared: RateLimit = "global=10/1d".parse().unwrap();
     let full: RateLimit = "ip=1/1h".parse().unwrap();
     let global = LimitCheck {

@@ -153,7 +153,6 @@ pub async fn session_kill_switch_and_cloudfront(c: &Checker) {
     )
     .set("ephemeral-key", true, Some("The demo is paused for today."))
     .await
-    .unwrap()
     .unwrap();
     let resp = h
         .send(SessionHarness::post("192.0.2.34", None).request())

@@ -313,7 +313,6 @@ pub async fn transfer_kill_switch(c: &Checker) {
         Some("Transfers are paused for maintenance."),
     )
     .await
-    .unwrap()
     .unwrap();
     let resps = [
         (
@@ -418,11 +417,21 @@ pub async fn transfer_unavailable(c: &Checker) {
             h.send(h.post(&alice, "k", &TransferHarness::body("acc_a", "acc_b", 1)))
                 .await,
         ),
-        (GET_TRANSFER, h.get(&alice, "/transfers/tr_x").await),
+        (
+            GET_TRANSFER,
+            h.get(&alice, "/transfers/tr_00000000000000000000000000000000")
+                .await,
+        ),
         (GET_ACCOUNT, h.get(&alice, "/accounts/acc_a").await),
     ];
     for (op, resp) in &resps {
         assert_eq!(code(resp), "temporarily_unavailable", "{op}");
         c.check(op, resp);
     }
+    // An id that is not of the shape we mint is not looked up: 404 even with no tables.
+    let resp = h.get(&alice, "/transfers/tr_x").await;
+    assert_eq!(
+        (resp.status().as_u16(), code(&resp)),
+        (404, "transfer_not_found".into())
+    );
 }

@@ -96,7 +96,6 @@ async fn kill_switch_on_gives_403_with_the_message_and_touches_nothing() {
     operator
         .set("ephemeral-key", true, Some("The demo is paused for today."))
         .await
-        .unwrap()
         .unwrap();
     h.clock.advance(Duration::from_secs(5));
     let calls = h.openai.calls().await;

@@ -263,7 +263,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     let mut env = Env::new();
     env.stack_wiring(&stack.info.dynamodb_endpoint);
     env.default("RUST_LOG", "info");
-    stack.info.internal_token = env.internal_token();
+    stack.info.internal_token = env.internal_token()?;
 
     step("tables");
     let template = util::workspace_root().join("template.yaml");
@@ -914,16 +914,16 @@ impl Env {
 
     /// The user's `INTERNAL_TOKEN`, or a fresh random one for this run;
     /// `None` if the user keeps it in SSM.
-    fn internal_token(&mut self) -> Option<String> {
+    fn internal_token(&mut self) -> Result<Option<String>> {
         if self.user_has("INTERNAL_TOKEN") {
-            return std::env::var("INTERNAL_TOKEN").ok();
+            return Ok(std::env::var("INTERNAL_TOKEN").ok());
         }
         if self.user_has("INTERNAL_TOKEN_PARAM") {
-            return None;
+            return Ok(None);
         }
-        let token = format!("dev-{}", util::random_hex(16));
+        let token = format!("dev-{}", util::random_hex(16)?);
         self.set("INTERNAL_TOKEN", &token);
-        Some(token)
+        Ok(Some(token))
     }
 
     fn apply(&self, cmd: &mut Command) {

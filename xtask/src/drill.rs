@@ -92,7 +92,7 @@ pub fn drill(tools: &Tools, o: &Options) -> Result {
     let window = if o.short { 5 } else { 10 };
     let session_limits = format!("ip=5/{window}s,global=100000/1d");
     let transfer_limits = format!("ip=20/{window}s,client=5/{window}s");
-    let origin_secret = util::random_hex(16);
+    let origin_secret = util::random_hex(16)?;
 
     step("drill: driver");
     let mut cmd = run.driver("DRILL");

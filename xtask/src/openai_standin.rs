@@ -128,7 +128,7 @@ fn handle(stream: TcpStream, minted: &AtomicU64, verbose: bool) -> Result {
         .and_then(Value::as_u64)
         .unwrap_or(DEFAULT_EXPIRES_AFTER);
     let n = minted.fetch_add(1, Ordering::SeqCst) + 1;
-    let secret = format!("ek_local_{n}_{}", util::random_hex(8));
+    let secret = format!("ek_local_{n}_{}", util::random_hex(8)?);
     let answer = json::object([
         ("value", json::string(&secret)),
         (

@@ -182,30 +182,15 @@ pub fn tail(path: &Path, n: usize) -> String {
 
 /// `bytes` random bytes as lower-case hex, for tokens and ids that must not
 /// be guessable (the dev stack's internal token) or must not repeat across
-/// runs. From the OS's generator; the clock and pid only if it is missing.
-pub fn random_hex(bytes: usize) -> String {
+/// runs. From the OS's generator only: without it there is no honest
+/// substitute (a hash of the clock and pid can be guessed), so it is an error.
+pub fn random_hex(bytes: usize) -> Result<String> {
     use std::io::Read;
     let mut buf = vec![0u8; bytes];
-    let filled = fs::File::open("/dev/urandom")
+    fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut buf))
-        .is_ok();
-    if !filled {
-        use std::hash::{BuildHasher, Hasher};
-        for (i, chunk) in buf.chunks_mut(8).enumerate() {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(i);
-            h.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_nanos(),
-            );
-            h.write_u32(std::process::id());
-            let n = h.finish().to_le_bytes();
-            chunk.copy_from_slice(&n[..chunk.len()]);
-        }
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+        .map_err(|e| format!("could not read the OS random source (/dev/urandom): {e}"))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Seconds since the Unix epoch.
@@ -227,5 +212,22 @@ pub fn tidy_state_dir(result: &Result, state_dir: &Path, what: &str) {
             "{what} logs kept in {}",
             state_dir.join("logs").display()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn random_hex_is_fresh_lower_case_hex_of_the_asked_length() {
+        let (a, b) = (
+            super::random_hex(16).unwrap(),
+            super::random_hex(16).unwrap(),
+        );
+        assert_eq!(a.len(), 32);
+        assert!(
+            a.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')),
+            "{a}"
+        );
+        assert_ne!(a, b);
     }
 }

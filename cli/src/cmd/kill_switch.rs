@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use tollgate::kill_switch::{KillSwitch, SwitchState, MAX_MESSAGE_CHARS};
+use tollgate::kill_switch::{KillSwitch, SetError, SwitchState, MAX_MESSAGE_CHARS};
 
 use super::{function, Deps};
 use crate::error::CliError;
@@ -94,10 +94,12 @@ async fn set(
     switch
         .set(name, enabled, message)
         .await
-        .map_err(|e| CliError::store(format!("writing the kill switch in {table}"), &e))?
-        .map_err(|_| {
-            CliError::new(format!(
+        .map_err(|e| match e {
+            SetError::MessageTooLong => CliError::new(format!(
                 "--message is longer than {MAX_MESSAGE_CHARS} characters"
-            ))
+            )),
+            SetError::Store(e) => {
+                CliError::store(format!("writing the kill switch in {table}"), &e)
+            }
         })
 }

@@ -58,13 +58,12 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
     };
     let counter = counter(args, deps)?;
     let table = table_names::RATE_LIMITS.resolve(deps.env);
-    // The block cache is for request floods; the CLI makes one call.
+    // No block cache: it is for request floods, and the CLI makes one call.
     let limiter = RateLimiter::new(
         deps.ddb.clone(),
         &table,
         counter.function,
         deps.clock.clone(),
-        0,
     );
     match command {
         Command::Show(_) => {

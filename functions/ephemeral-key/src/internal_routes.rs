@@ -10,7 +10,7 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Deserialize;
 use tollgate::gate::{Caller, Gate};
 use tollgate::http::{body_bytes, json_response};
-use tollgate::kill_switch::{FUNCTIONS, MAX_MESSAGE_CHARS};
+use tollgate::kill_switch::{SetError, FUNCTIONS, MAX_MESSAGE_CHARS};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
 
@@ -67,9 +67,11 @@ pub async fn kill_switch(
             .kill_switch
             .set(&flip.function, flip.enabled, flip.message.as_deref())
             .await
-            .map_err(store_failed)?
-            .map_err(|_| ApiError::BadRequest {
-                detail: format!("message must be at most {MAX_MESSAGE_CHARS} characters."),
+            .map_err(|e| match e {
+                SetError::MessageTooLong => ApiError::BadRequest {
+                    detail: format!("message must be at most {MAX_MESSAGE_CHARS} characters."),
+                },
+                SetError::Store(e) => store_failed(e),
             })?;
         tracing::warn!(function = %state.function, enabled = state.enabled, "kill switch flipped through the API");
         state

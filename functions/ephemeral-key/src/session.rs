@@ -164,6 +164,7 @@ impl Sessions {
         match waits.max() {
             Some((retry_after, layer)) => {
                 tracing::info!(decision = "rejected", layer, "upstream cooling down");
+                tollgate::metrics::emit(crate::FUNCTION, tollgate::metrics::Event::Cooldown);
                 Err(ApiError::Unavailable { retry_after })
             }
             None => Ok(()),

@@ -27,7 +27,7 @@ use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
 
 use crate::config::TransferSettings;
-use crate::domain::{AccountId, TransferRequest};
+use crate::domain::{AccountId, TransferId, TransferRequest};
 use crate::ledger::Ledger;
 
 /// The function's name: its kill-switch key and rate-limit scope.
@@ -169,8 +169,7 @@ impl App {
     ) -> Result<Response<Body>, ApiError> {
         let key = IdempotencyKey::from_headers(req.headers())?.ok_or(KeyError::Missing)?;
         let body = body_bytes(req, self.gate.settings.max_body_bytes)?;
-        let transfer = TransferRequest::parse(body, self.settings.max_amount)
-            .map_err(|detail| ApiError::BadRequest { detail })?;
+        let transfer = TransferRequest::parse(body, self.settings.max_amount)?;
         let scope = Scope::new(client_id, POST_TRANSFERS, &key);
         let fingerprint = fingerprint(&transfer.canonical);
         self.ledger
@@ -179,12 +178,11 @@ impl App {
     }
 
     async fn get_transfer(&self, id: &str, client_id: &str) -> Result<Response<Body>, ApiError> {
-        // Ids we issue are short and plain; anything else cannot exist (and must not reach
-        // DynamoDB, which would refuse an over-long key with an error that is not the client's).
-        if AccountId::parse(id).is_none() {
+        // Only an id of the shape we mint can exist; see `TransferId`.
+        let Some(id) = TransferId::parse(id) else {
             return Err(ApiError::TransferNotFound);
-        }
-        match self.ledger.transfer_record(id).await? {
+        };
+        match self.ledger.transfer_record(id.as_str()).await? {
             Some((transfer, owner)) if owner == client_id => {
                 Ok(json_response(StatusCode::OK, &transfer))
             }

@@ -130,26 +130,25 @@ pub struct RateLimiter {
 }
 
 impl RateLimiter {
-    /// `scope` (the function name) keeps two functions' counters apart in one table. Full keys
-    /// are remembered for at most [`DEFAULT_BLOCK_CACHE_MAX_AGE`]; see
-    /// [`Self::with_block_cache`].
+    /// `scope` (the function name) keeps two functions' counters apart in one table. The
+    /// limiter has no block cache (every check asks DynamoDB) until [`Self::with_block_cache`]
+    /// gives it one: a function serving floods wants one, a one-off caller (the CLI) does not.
     pub fn new(
         ddb: Client,
         table: impl Into<String>,
         scope: impl Into<String>,
         clock: SharedClock,
-        block_cache_capacity: usize,
     ) -> Self {
         Self {
             ddb,
             table: table.into(),
             scope: scope.into(),
             clock,
-            blocked: BlockCache::new(block_cache_capacity, DEFAULT_BLOCK_CACHE_MAX_AGE),
+            blocked: BlockCache::new(0, DEFAULT_BLOCK_CACHE_MAX_AGE),
         }
     }
 
-    /// Replaces the block cache: at most `capacity` keys, each for at most `max_age`.
+    /// Remembers full keys: at most `capacity` keys (0: none), each for at most `max_age`.
     pub fn with_block_cache(mut self, capacity: usize, max_age: Duration) -> Self {
         self.blocked = BlockCache::new(capacity, max_age);
         self

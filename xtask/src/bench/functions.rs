@@ -70,7 +70,7 @@ struct Scenario {
     expect: u16,
     replayed: bool,
     /// The event for the `i`-th request of this scenario.
-    event: Box<dyn Fn(usize) -> String>,
+    event: Box<dyn Fn(usize) -> Result<String>>,
 }
 
 /// The figures for one function.
@@ -133,7 +133,7 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
 
     let base_env: Vec<(String, String)> = vec![
         ("RUST_LOG".into(), "info".into()),
-        ("INTERNAL_TOKEN".into(), util::random_hex(16)),
+        ("INTERNAL_TOKEN".into(), util::random_hex(16)?),
         ("KILL_SWITCH_CACHE_SECONDS".into(), "5".into()),
         ("SECRETS_TTL_SECONDS".into(), "300".into()),
     ];
@@ -154,7 +154,7 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
 
     let auth = format!("Bearer {token}");
     // The replay scenario sends the very requests the new-key scenario sent before it.
-    let run_id = util::random_hex(4);
+    let run_id = util::random_hex(4)?;
     let new_transfer = || new_transfer(&auth, &accounts[0], &accounts[1], &run_id);
     let account = format!("/accounts/{}", accounts[0]);
     let transfer_scenarios = vec![
@@ -266,7 +266,12 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
 
 /// `POST /transfers` of 1 JPY from `from` to `to`: request `i` under key `<run_id>-<i>`, so
 /// sending `i` again is a replay.
-fn new_transfer(auth: &str, from: &str, to: &str, run_id: &str) -> Box<dyn Fn(usize) -> String> {
+fn new_transfer(
+    auth: &str,
+    from: &str,
+    to: &str,
+    run_id: &str,
+) -> Box<dyn Fn(usize) -> Result<String>> {
     let (auth, from, to, run_id) = (
         auth.to_string(),
         from.to_string(),
@@ -301,7 +306,7 @@ fn not_found() -> Scenario {
 }
 
 /// A function URL (payload 2.0) event, as Lambda delivers it.
-fn event(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> String {
+fn event(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> Result<String> {
     let mut h = vec![(
         "host".to_string(),
         json::string("bench.lambda-url.us-east-1.on.aws"),
@@ -328,7 +333,7 @@ fn event(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>)
         ),
         ("domainPrefix", json::string("bench")),
         ("http", http),
-        ("requestId", json::string(util::random_hex(8))),
+        ("requestId", json::string(util::random_hex(8)?)),
         ("routeKey", json::string("$default")),
         ("stage", json::string("$default")),
         ("time", json::string("01/Dec/2026:00:00:00 +0000")),
@@ -337,7 +342,7 @@ fn event(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>)
             Value::Number((util::unix_now() * 1000).to_string()),
         ),
     ]);
-    json::compact(&json::object([
+    Ok(json::compact(&json::object([
         ("version", json::string("2.0")),
         ("routeKey", json::string("$default")),
         ("rawPath", json::string(path)),
@@ -346,7 +351,7 @@ fn event(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>)
         ("requestContext", context),
         ("body", body.map_or(Value::Null, json::string)),
         ("isBase64Encoded", Value::Bool(false)),
-    ]))
+    ])))
 }
 
 /// How to start one function.
@@ -436,8 +441,8 @@ impl Process {
     /// Sends request `i` of `scenario`, checks the answer, and returns its latency (ms).
     fn invoke(&mut self, scenario: &Scenario, i: usize) -> Result<f64> {
         let poll = self.poll.take().ok_or("the function is not waiting")?;
-        let id = format!("bench-{}", util::random_hex(8));
-        let sent = poll.deliver(&id, &(scenario.event)(i))?;
+        let id = format!("bench-{}", util::random_hex(8)?);
+        let sent = poll.deliver(&id, &(scenario.event)(i)?)?;
         let (at, call) = self.api.next(TIMEOUT).map_err(|e| self.failed(e))?;
         let body = match call {
             Call::Response { id: got, body } if got == id => body,
