@@ -4,7 +4,7 @@ use aws_sdk_dynamodb::types::TimeToLiveStatus;
 use tollgate::config::Env;
 use tollgate_cli::Context;
 
-use crate::harness::{prefixed_names, table_defs, template_path, unique_prefix, StackDir};
+use crate::cli::harness::{prefixed_names, table_defs, template_path, unique_prefix, StackDir};
 
 #[tokio::test]
 async fn creates_every_table_as_the_template_defines_it_and_twice_is_fine() {
@@ -24,7 +24,7 @@ async fn creates_every_table_as_the_template_defines_it_and_twice_is_fine() {
 
     let out = tollgate_cli::run(&ctx, args).await;
     assert_eq!(out.code, 0, "{out:?}");
-    let first = crate::harness::single_object(&out.stdout);
+    let first = crate::cli::harness::single_object(&out.stdout);
     let defs = table_defs();
     assert_eq!(defs.len(), 7);
     let mut created: Vec<_> = first["created"]
@@ -103,7 +103,7 @@ async fn creates_every_table_as_the_template_defines_it_and_twice_is_fine() {
     // Again: everything exists, nothing fails.
     let out = tollgate_cli::run(&ctx, args).await;
     assert_eq!(out.code, 0, "{out:?}");
-    let second = crate::harness::single_object(&out.stdout);
+    let second = crate::cli::harness::single_object(&out.stdout);
     assert_eq!(second["created"], serde_json::json!([]));
     assert_eq!(second["existing"].as_array().unwrap().len(), 7);
 
@@ -155,7 +155,7 @@ async fn an_existing_table_with_another_key_schema_is_reported() {
     )
     .await;
     assert_eq!(out.code, 1, "{out:?}");
-    let line = crate::harness::one_error_line(&out.stderr);
+    let line = crate::cli::harness::one_error_line(&out.stderr);
     assert!(
         line.contains(&names["ClientsTable"]) && line.contains("key schema"),
         "{line}"
@@ -179,6 +179,6 @@ async fn refuses_a_target_that_is_not_local() {
     .await;
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(out.code, 1, "{out:?}");
-    let line = crate::harness::one_error_line(&out.stderr);
+    let line = crate::cli::harness::one_error_line(&out.stderr);
     assert!(line.contains("DynamoDB Local"), "{line}");
 }

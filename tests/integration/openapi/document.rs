@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tollgate::ratelimit::Decision;
 use tollgate::ApiError;
 
-use crate::spec::{escape, spec};
+use crate::openapi::spec::{escape, spec};
 
 /// Every `$ref` in `node`, with where it stands.
 fn refs(node: &Value, pointer: String, out: &mut Vec<(String, String)>) {

@@ -6,7 +6,7 @@ use tollgate_tests::events::Event;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};
 use tollgate_tests::transfer::TransferHarness;
 
-use crate::spec::Checker;
+use crate::openapi::spec::Checker;
 
 const LISTED: &str = "https://app.example.com";
 const NOT_LISTED: &str = "https://evil.example.net";

@@ -9,7 +9,7 @@ use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::transfer::{TestClient, TransferHarness};
 
-use crate::spec::Checker;
+use crate::openapi::spec::Checker;
 
 const POST: &str = "POST /transfers";
 const GET_TRANSFER: &str = "GET /transfers/{id}";

@@ -5,7 +5,7 @@ use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};
 
-use crate::spec::Checker;
+use crate::openapi::spec::Checker;
 
 const GET: &str = "GET /internal/kill-switch";
 const PUT: &str = "PUT /internal/kill-switch";

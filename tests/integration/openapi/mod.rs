@@ -27,8 +27,8 @@ macro_rules! conformance {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                let checker = crate::spec::Checker::new(stringify!($name));
-                crate::$module::$name(&checker).await;
+                let checker = crate::openapi::spec::Checker::new(stringify!($name));
+                crate::openapi::$module::$name(&checker).await;
                 checker.assert_exercised(&[$(($op, $status)),*]);
             }
         )*
@@ -40,7 +40,7 @@ macro_rules! conformance {
 }
 
 mod conformance {
-    use crate::spec::UNKNOWN_ROUTE;
+    use crate::openapi::spec::UNKNOWN_ROUTE;
 
     const SESSION: &str = "POST /session";
     const GET_SWITCH: &str = "GET /internal/kill-switch";

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::conformance::EXERCISED;
-use crate::spec::{spec, UNKNOWN_ROUTE};
+use crate::openapi::conformance::EXERCISED;
+use crate::openapi::spec::{spec, UNKNOWN_ROUTE};
 
 /// (operation, status, why no in-process test can produce it). A status listed in
 /// `openapi.yaml` must be produced by a conformance test in `main.rs` or appear here.

@@ -11,7 +11,7 @@ use tollgate_tests::openai::Answer;
 use tollgate_tests::session::SessionHarness;
 use tollgate_tests::ssm::{Reply, SsmStandIn};
 
-use crate::spec::Checker;
+use crate::openapi::spec::Checker;
 
 const SESSION: &str = "POST /session";
 

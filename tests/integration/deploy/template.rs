@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_norway::{Mapping, Value};
 
-use crate::tools::template_path;
+use crate::deploy::tools::template_path;
 
 /// The parsed template, short forms expanded.
 pub struct Template {

@@ -7,8 +7,10 @@ use std::fs;
 
 use serde_norway::Value;
 
-use crate::template::{at, get_att_resource, one_or_many, ref_to, str_of, sub_string, Template};
-use crate::tools::repo_root;
+use crate::deploy::template::{
+    at, get_att_resource, one_or_many, ref_to, str_of, sub_string, Template,
+};
+use crate::deploy::tools::repo_root;
 
 const BUCKET: &str = "PageBucket";
 const SESSION_URL: &str = "EphemeralKeyFunctionUrl";

@@ -3,7 +3,7 @@
 use tollgate::client_addr::ClientAddr;
 use tollgate::ratelimit::{Admission, Layer, LimitCheck, RateLimiter, RateLimits};
 
-use crate::harness::{keys, shared, TestCli};
+use crate::cli::harness::{keys, shared, TestCli};
 
 /// Counts `n` requests from `ip` the way ephemeral-key does (its scope, its `ip` layer).
 async fn count_session_requests(cli: &TestCli, limits: &RateLimits, ip: &str, n: usize) {
