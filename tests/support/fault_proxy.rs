@@ -9,36 +9,49 @@
 //! proxy answers with DynamoDB's own error bodies ([`DynamoError`]) on demand: the SDK parses
 //! them exactly as it parses DynamoDB's.
 //!
-//! Connections: the client side keeps alive (the SDK's pool reuses a connection for many
-//! requests), but every forwarded request gets a *fresh upstream connection* that is closed after
-//! its response. A pooled upstream connection that went stale would force the proxy to guess
-//! whether a request it wrote reached DynamoDB — and replay it or not — which is exactly the
-//! ambiguity tests want to control. One local connect per request is cheap; the only uncertain
-//! outcomes are the ones a fault injects.
+//! HTTP is hyper's: its HTTP/1.1 server serves the SDK's connections (kept alive, as the SDK's
+//! pool reuses a connection for many requests; framing, chunked bodies and `Expect:
+//! 100-continue` are hyper's business), and its HTTP/1.1 client forwards. A fault that loses an
+//! answer makes the request's service fail, which hyper turns into closing the client
+//! connection without writing anything: exactly what a lost response looks like.
 //!
-//! Bytes are forwarded verbatim (the `Host` header keeps the proxy's address, so the SigV4
-//! signature stays intact); only the framing (`content-length` or `transfer-encoding: chunked`)
-//! is parsed, to know where a message ends. `Expect: 100-continue` is not supported: the SDK does
-//! not send it for DynamoDB's small JSON bodies.
+//! Every forwarded request gets a *fresh upstream connection*, closed after its response. A
+//! pooled upstream connection that went stale would force the proxy to guess whether a request
+//! it wrote reached DynamoDB — and replay it or not — which is exactly the ambiguity tests want
+//! to control. One local connect per request is cheap; the only uncertain outcomes are the ones
+//! a fault injects.
+//!
+//! Requests are forwarded as received: method, path, headers (the `Host` header keeps the
+//! proxy's address, so the SigV4 signature stays intact) and body. Responses come back with
+//! their status, headers and body, framed by `content-length`.
 
 use std::collections::HashMap;
-use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_TYPE, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 
-/// How long an idle client connection may wait for its next request. Longer than the tests run
-/// between two requests; only there so no connection task outlives a hung test for ever.
+/// How long an idle client connection may wait for its next request (hyper's header read
+/// timeout, which runs from the end of one request to the end of the next one's head). Longer
+/// than the tests run between two requests; only there so no connection task outlives a hung
+/// test for ever.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
-/// The longest wait for the next bytes of a message already begun, and for an upstream connect.
+/// The longest wait for a request's body, and for an upstream exchange (connect, request,
+/// whole response).
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
-/// A message head larger than this is not DynamoDB traffic.
-const MAX_HEAD: usize = 64 * 1024;
+
+/// What the proxy answers with: a whole body, so it is framed by `content-length`.
+type Answer = Response<Full<Bytes>>;
 
 /// A fault, fired by a request for the operation it was armed for.
 #[derive(Debug, Clone)]
@@ -94,9 +107,9 @@ struct Rule {
 
 impl Rule {
     fn matches(&self, body: &[u8]) -> bool {
-        match &self.body_contains {
-            None => true,
-            Some(needle) => find(body, needle.as_bytes(), 0).is_some(),
+        match self.body_contains.as_deref().map(str::as_bytes) {
+            None | Some(b"") => true,
+            Some(needle) => body.windows(needle.len()).any(|w| w == needle),
         }
     }
 }
@@ -144,19 +157,19 @@ impl State {
 impl FaultProxy {
     /// Listens on 127.0.0.1:0 and forwards to `upstream` (e.g. `http://127.0.0.1:8000`).
     pub async fn start(upstream: &str) -> FaultProxy {
-        let authority = upstream
-            .strip_prefix("http://")
-            .unwrap_or_else(|| panic!("fault proxy: upstream must be plain http: {upstream}"))
-            .split('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let uri: Uri = upstream
+            .parse()
+            .unwrap_or_else(|e| panic!("fault proxy: upstream {upstream:?} is not a URL: {e}"));
+        let authority = match (uri.scheme_str(), uri.authority()) {
+            (Some("http"), Some(authority)) => authority.to_string(),
+            _ => panic!("fault proxy: upstream must be plain http://host:port: {upstream}"),
+        };
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("fault proxy: bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("fault proxy: local address");
         let state = Arc::new(State::default());
-        let task = tokio::spawn(accept_loop(listener, authority, state.clone()));
+        let task = tokio::spawn(accept_loop(listener, authority.into(), state.clone()));
         FaultProxy { addr, state, task }
     }
 
@@ -253,18 +266,36 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, upstream: String, state: Arc<State>) {
+/// Why a client connection ended other than by the client closing it.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    /// A fault closed it on purpose: not worth a log line.
+    #[error("a fault dropped the connection")]
+    Dropped,
+    #[error("reading the request body: {0}")]
+    Body(#[source] hyper::Error),
+    #[error("the request body did not arrive within {IO_TIMEOUT:?}")]
+    BodyTimedOut,
+}
+
+/// Why a request could not be forwarded: answered with a 502.
+#[derive(Debug, thiserror::Error)]
+enum Upstream {
+    #[error("connect: {0}")]
+    Connect(#[source] std::io::Error),
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+    #[error("no response within {IO_TIMEOUT:?}")]
+    TimedOut,
+}
+
+async fn accept_loop(listener: TcpListener, upstream: Arc<str>, state: Arc<State>) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let (upstream, state) = (upstream.clone(), state.clone());
-                    conns.spawn(async move {
-                        if let Err(e) = serve(Peer::new(stream), &upstream, &state).await {
-                            eprintln!("fault proxy: client connection ended: {e}");
-                        }
-                    });
+                    conns.spawn(serve(stream, upstream.clone(), state.clone()));
                 }
                 Err(e) => eprintln!("fault proxy: accept: {e}"),
             },
@@ -276,67 +307,93 @@ async fn accept_loop(listener: TcpListener, upstream: String, state: Arc<State>)
 
 /// Serves one client connection, request after request, until the client closes it, a fault
 /// drops it, or either side asks for `connection: close`.
-async fn serve(mut client: Peer, upstream: &str, state: &State) -> io::Result<()> {
-    while let Some(req) = client.read_message(IDLE_TIMEOUT, false).await? {
-        let fault = state.on_request(req.operation(), req.body());
-        let answer = match &fault {
-            Some(Fault::ServerError) => Some(dynamo_error(
-                &DynamoError::InternalServerError,
-                req.operation(),
-                req.body(),
-            )),
-            Some(Fault::Error(e)) => Some(dynamo_error(e, req.operation(), req.body())),
-            _ => None,
-        };
-        if let Some(answer) = answer {
-            client.stream.write_all(&answer).await?;
-            if req.close {
-                return Ok(());
-            }
-            continue;
-        }
-        match fault {
-            // Returning drops the stream: the client sees the connection close.
-            Some(Fault::DropRequest) => return Ok(()),
-            Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
-            _ => {}
-        }
-        let resp = match forward(upstream, &req.raw).await {
-            Ok(resp) => resp,
-            Err(e) => {
-                let body = format!("fault proxy: upstream {upstream}: {e}");
-                client
-                    .stream
-                    .write_all(&response(502, "text/plain", &body))
-                    .await?;
-                return Ok(());
-            }
-        };
-        if matches!(fault, Some(Fault::DropResponseAfterCommit)) {
-            return Ok(());
-        }
-        client.stream.write_all(&resp.raw).await?;
-        if req.close || resp.close {
-            return Ok(());
+async fn serve(stream: TcpStream, upstream: Arc<str>, state: Arc<State>) {
+    let service = service_fn(move |req| handle(req, upstream.clone(), state.clone()));
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(IDLE_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        let on_purpose = std::error::Error::source(&e)
+            .is_some_and(|cause| matches!(cause.downcast_ref(), Some(Ended::Dropped)));
+        if !on_purpose {
+            eprintln!("fault proxy: client connection ended: {e}");
         }
     }
-    Ok(())
 }
 
-/// Sends one request on a fresh upstream connection and reads its whole response.
-async fn forward(upstream: &str, raw: &[u8]) -> io::Result<Message> {
-    let stream = timeout(IO_TIMEOUT, TcpStream::connect(upstream))
+/// One request: counted, recorded, then faulted or forwarded. An `Err` makes hyper close the
+/// client connection without an answer.
+async fn handle(
+    req: Request<Incoming>,
+    upstream: Arc<str>,
+    state: Arc<State>,
+) -> Result<Answer, Ended> {
+    let (head, body) = req.into_parts();
+    let body = timeout(IO_TIMEOUT, body.collect())
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-    let mut peer = Peer::new(stream);
-    peer.stream.write_all(raw).await?;
-    peer.read_message(IO_TIMEOUT, true)
-        .await?
-        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed before responding"))
+        .map_err(|_| Ended::BodyTimedOut)?
+        .map_err(Ended::Body)?
+        .to_bytes();
+    let op = operation(&head.headers);
+    let fault = state.on_request(op, &body);
+    match &fault {
+        Some(Fault::ServerError) => {
+            return Ok(dynamo_error(&DynamoError::InternalServerError, op, &body))
+        }
+        Some(Fault::Error(e)) => return Ok(dynamo_error(e, op, &body)),
+        Some(Fault::DropRequest) => return Err(Ended::Dropped),
+        Some(Fault::Delay(d)) => tokio::time::sleep(*d).await,
+        Some(Fault::DropResponseAfterCommit) | None => {}
+    }
+    let forwarded = timeout(
+        IO_TIMEOUT,
+        forward(&upstream, Request::from_parts(head, body)),
+    )
+    .await
+    .unwrap_or(Err(Upstream::TimedOut));
+    match forwarded {
+        Ok(_) if matches!(fault, Some(Fault::DropResponseAfterCommit)) => Err(Ended::Dropped),
+        Ok(answer) => Ok(answer),
+        Err(e) => {
+            let text = format!("fault proxy: upstream {upstream}: {e}");
+            Ok(own_response(StatusCode::BAD_GATEWAY, "text/plain", text))
+        }
+    }
+}
+
+/// `x-amz-target: DynamoDB_20120810.PutItem` → `PutItem`.
+fn operation(headers: &HeaderMap) -> &str {
+    match headers.get("x-amz-target").and_then(|t| t.to_str().ok()) {
+        Some(target) => target.rsplit('.').next().unwrap_or(target),
+        None => "unknown",
+    }
+}
+
+/// Sends one request on a fresh upstream connection, reads its whole response and closes the
+/// connection (dropping the sender ends hyper's connection future once the response is in).
+async fn forward(upstream: &str, req: Request<Bytes>) -> Result<Answer, Upstream> {
+    let stream = TcpStream::connect(upstream)
+        .await
+        .map_err(Upstream::Connect)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let exchange = async move {
+        let resp = sender.send_request(req.map(Full::new)).await?;
+        let (mut head, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        // Re-framed by content-length: the body is whole.
+        head.headers.remove(TRANSFER_ENCODING);
+        Ok::<_, hyper::Error>(Response::from_parts(head, Full::new(body)))
+    };
+    let (connection, answer) = tokio::join!(conn, exchange);
+    let answer = answer?;
+    connection?;
+    Ok(answer)
 }
 
 /// One of DynamoDB's own error answers to a request for `operation` with `body`.
-fn dynamo_error(error: &DynamoError, operation: &str, body: &[u8]) -> Vec<u8> {
+fn dynamo_error(error: &DynamoError, operation: &str, body: &[u8]) -> Answer {
     use serde_json::{json, Value};
     const DDB: &str = "com.amazonaws.dynamodb.v20120810#";
     let (status, kind, mut fields) = match error {
@@ -359,7 +416,7 @@ fn dynamo_error(error: &DynamoError, operation: &str, body: &[u8]) -> Vec<u8> {
                 .position(|i| i.to_string().contains(item.as_str()))
             else {
                 let text = format!("fault proxy: no transaction item contains {item:?}");
-                return response(500, "text/plain", &text);
+                return own_response(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", text);
             };
             let code = |i: usize| match i == hit {
                 true => reason.0,
@@ -409,183 +466,25 @@ fn dynamo_error(error: &DynamoError, operation: &str, body: &[u8]) -> Vec<u8> {
         ),
     };
     fields["__type"] = Value::from(kind);
-    response(status, "application/x-amz-json-1.0", &fields.to_string())
+    let status = StatusCode::from_u16(status).expect("a valid status");
+    own_response(status, "application/x-amz-json-1.0", fields.to_string())
 }
 
 /// A response of the proxy's own. A 502 closes the connection after it (the proxy gives up on
 /// it); an injected DynamoDB error (400 or 500) keeps it alive, as DynamoDB's own errors do.
-fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
+fn own_response(status: StatusCode, content_type: &'static str, body: String) -> Answer {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let (reason, connection) = match status {
-        400 => ("Bad Request", "keep-alive"),
-        500 => ("Internal Server Error", "keep-alive"),
-        _ => ("Bad Gateway", "close"),
-    };
-    let request_id = N.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\nx-amzn-requestid: FAULTPROXY{request_id:010}\r\ncontent-length: {}\r\nconnection: {connection}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
-/// One complete HTTP/1.1 message, as received.
-struct Message {
-    raw: Vec<u8>,
-    /// Where the body starts in `raw`.
-    body_start: usize,
-    /// The `x-amz-target` header, if any.
-    target: Option<String>,
-    /// The sender will not send another message on this connection.
-    close: bool,
-}
-
-impl Message {
-    /// The body as sent (chunk framing included, if any: tests only look for text in it).
-    fn body(&self) -> &[u8] {
-        &self.raw[self.body_start..]
+    let request_id = format!("FAULTPROXY{:010}", N.fetch_add(1, Ordering::Relaxed));
+    let mut answer = Response::new(Full::new(Bytes::from(body)));
+    *answer.status_mut() = status;
+    let headers = answer.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        "x-amzn-requestid",
+        HeaderValue::from_str(&request_id).expect("an ASCII request id"),
+    );
+    if status == StatusCode::BAD_GATEWAY {
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
     }
-
-    /// `DynamoDB_20120810.PutItem` → `PutItem`.
-    fn operation(&self) -> &str {
-        match &self.target {
-            Some(t) => t.rsplit('.').next().unwrap_or(t),
-            None => "unknown",
-        }
-    }
-}
-
-/// A connection and the bytes read from it but not yet consumed.
-struct Peer {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Peer {
-    fn new(stream: TcpStream) -> Self {
-        Self {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    /// Reads more bytes; `Ok(false)` on end of stream.
-    async fn fill(&mut self, wait: Duration) -> io::Result<bool> {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = timeout(wait, self.stream.read(&mut chunk))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "read timed out"))??;
-        self.buf.extend_from_slice(&chunk[..n]);
-        Ok(n > 0)
-    }
-
-    /// The next complete message, or `None` if the peer closed cleanly between messages.
-    /// `first_wait` bounds the wait for its first byte; later bytes get [`IO_TIMEOUT`]. A response
-    /// framed by neither length nor chunking runs to the end of the stream.
-    async fn read_message(
-        &mut self,
-        first_wait: Duration,
-        is_response: bool,
-    ) -> io::Result<Option<Message>> {
-        let eof = || io::Error::new(io::ErrorKind::UnexpectedEof, "closed mid-message");
-        let head_end = loop {
-            if let Some(i) = find(&self.buf, b"\r\n\r\n", 0) {
-                break i + 4;
-            }
-            if self.buf.len() > MAX_HEAD {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "head too large"));
-            }
-            let wait = if self.buf.is_empty() {
-                first_wait
-            } else {
-                IO_TIMEOUT
-            };
-            if !self.fill(wait).await? {
-                return if self.buf.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(eof())
-                };
-            }
-        };
-        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
-        let header = |name: &str| {
-            head.lines().skip(1).find_map(|line| {
-                let (k, v) = line.split_once(':')?;
-                k.trim()
-                    .eq_ignore_ascii_case(name)
-                    .then(|| v.trim().to_string())
-            })
-        };
-        let has = |name: &str, token: &str| {
-            header(name).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-        };
-        let mut close = has("connection", "close") || head.starts_with("HTTP/1.0");
-        let end = if has("transfer-encoding", "chunked") {
-            loop {
-                if let Some(end) = chunked_end(&self.buf, head_end) {
-                    break end;
-                }
-                if !self.fill(IO_TIMEOUT).await? {
-                    return Err(eof());
-                }
-            }
-        } else if let Some(len) = header("content-length") {
-            let len: usize = len
-                .parse()
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad content-length"))?;
-            while self.buf.len() < head_end + len {
-                if !self.fill(IO_TIMEOUT).await? {
-                    return Err(eof());
-                }
-            }
-            head_end + len
-        } else if is_response {
-            close = true;
-            while self.fill(IO_TIMEOUT).await? {}
-            self.buf.len()
-        } else {
-            head_end
-        };
-        let raw = self.buf.drain(..end).collect();
-        Ok(Some(Message {
-            raw,
-            body_start: head_end,
-            target: header("x-amz-target"),
-            close,
-        }))
-    }
-}
-
-/// Where a chunked body starting at `start` ends (after its trailers), if it is complete.
-fn chunked_end(buf: &[u8], mut pos: usize) -> Option<usize> {
-    loop {
-        let line_end = find(buf, b"\r\n", pos)?;
-        let line = std::str::from_utf8(&buf[pos..line_end]).ok()?;
-        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
-        pos = line_end + 2;
-        if size == 0 {
-            // Trailer lines, then an empty line.
-            loop {
-                let line_end = find(buf, b"\r\n", pos)?;
-                let empty = line_end == pos;
-                pos = line_end + 2;
-                if empty {
-                    return Some(pos);
-                }
-            }
-        }
-        pos += size + 2;
-        if buf.len() < pos {
-            return None;
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    haystack
-        .get(from..)?
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|i| i + from)
+    answer
 }
