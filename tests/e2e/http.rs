@@ -1,29 +1,48 @@
-//! A tiny blocking HTTP/1.1 client over std `TcpStream`: one request per connection, plain HTTP
-//! to the local stack only. Blocking keeps the tests free of an async runtime, and lets a `Drop`
-//! guard make a request (turning a kill switch back off after a failed assertion).
+//! The e2e tests' HTTP client: a thin layer over `ureq`'s blocking agent, plain HTTP to the
+//! local stack only. Blocking keeps the tests free of an async runtime, and lets a `Drop` guard
+//! make a request (turning a kill switch back off after a failed assertion).
+//!
+//! What it adds to `ureq`: every status is an answer, not an error (the tests assert on 4xx), a
+//! transport failure panics with the method and URL (which is what a test wants), and the body is
+//! read whole so a [`Response`] can be looked at as often as a test likes.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, Method};
 
 /// How long a request may take. The first request to a function may wait for cargo-lambda to
 /// start it.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// An answer, headers lower-cased.
+/// One agent for the test binary. No connection is pooled: each request gets a fresh one, so a
+/// connection that `cargo lambda watch` closed while a test slept is never reused.
+fn agent() -> &'static ureq::Agent {
+    static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(TIMEOUT))
+            .max_idle_connections(0)
+            .max_idle_connections_per_host(0)
+            .build()
+            .into()
+    })
+}
+
+/// An answer, read whole.
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    headers: HeaderMap,
+    body: Vec<u8>,
 }
 
 impl Response {
+    /// The header's value (names are case-insensitive); `None` if absent or not text.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
     pub fn text(&self) -> String {
@@ -43,134 +62,61 @@ impl Response {
 
 /// A request being built.
 pub struct Request {
-    method: &'static str,
-    url: String,
-    headers: Vec<(String, String)>,
-    body: String,
+    request: http::request::Builder,
+    body: Option<Vec<u8>>,
 }
 
 pub fn get(url: impl Into<String>) -> Request {
-    Request::new("GET", url)
+    Request::new(Method::GET, url)
 }
 
 pub fn post(url: impl Into<String>) -> Request {
-    Request::new("POST", url)
+    Request::new(Method::POST, url)
 }
 
 pub fn put(url: impl Into<String>) -> Request {
-    Request::new("PUT", url)
+    Request::new(Method::PUT, url)
 }
 
 impl Request {
-    fn new(method: &'static str, url: impl Into<String>) -> Self {
+    fn new(method: Method, url: impl Into<String>) -> Self {
         Self {
-            method,
-            url: url.into(),
-            headers: Vec::new(),
-            body: String::new(),
+            request: http::Request::builder().method(method).uri(url.into()),
+            body: None,
         }
     }
 
     pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.to_string(), value.to_string()));
+        self.request = self.request.header(name, value);
         self
     }
 
     pub fn json(mut self, body: &serde_json::Value) -> Self {
-        self.body = body.to_string();
-        self.header("Content-Type", "application/json")
+        self.body = Some(serde_json::to_vec(body).expect("a JSON value serialises"));
+        self.request = self.request.header(CONTENT_TYPE, "application/json");
+        self
     }
 
     /// Sends it; any transport failure panics with the URL, which is what a test wants.
     pub fn send(self) -> Response {
-        let url = self.url.clone();
-        let method = self.method;
+        let (method, url) = match (self.request.method_ref(), self.request.uri_ref()) {
+            (Some(method), Some(url)) => (method.clone(), url.to_string()),
+            _ => (Method::GET, "(no URL)".to_string()),
+        };
         self.try_send()
             .unwrap_or_else(|e| panic!("{method} {url} failed: {e} (is the stack running?)"))
     }
 
-    fn try_send(self) -> std::io::Result<Response> {
-        let rest = self.url.strip_prefix("http://").ok_or_else(|| {
-            std::io::Error::other(format!("only http:// URLs are supported: {}", self.url))
-        })?;
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        let path = if path.is_empty() { "/" } else { path };
-        let addr = authority
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| std::io::Error::other(format!("cannot resolve {authority}")))?;
-        let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
-        stream.set_read_timeout(Some(TIMEOUT))?;
-        stream.set_write_timeout(Some(TIMEOUT))?;
-        let mut head = format!(
-            "{} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.method,
-            self.body.len()
-        );
-        for (name, value) in &self.headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes())?;
-        stream.write_all(self.body.as_bytes())?;
-        read_response(BufReader::new(stream))
+    fn try_send(self) -> Result<Response, ureq::Error> {
+        let answer = match self.body {
+            Some(body) => agent().run(self.request.body(body)?)?,
+            None => agent().run(self.request.body(())?)?,
+        };
+        let (head, mut body) = answer.into_parts();
+        Ok(Response {
+            status: head.status.as_u16(),
+            headers: head.headers,
+            body: body.read_to_vec()?,
+        })
     }
-}
-
-fn read_response(mut reader: impl BufRead) -> std::io::Result<Response> {
-    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
-    let mut status_line = String::new();
-    reader.read_line(&mut status_line)?;
-    let status = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad(format!("not an HTTP response: {status_line:?}")))?;
-    let mut headers = Vec::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Err(bad("connection closed inside the header".into()));
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
-        }
-    }
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    };
-    let mut body = Vec::new();
-    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        loop {
-            let mut size = String::new();
-            reader.read_line(&mut size)?;
-            let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or(""), 16)
-                .map_err(|_| bad(format!("bad chunk size {size:?}")))?;
-            if size == 0 {
-                break;
-            }
-            let start = body.len();
-            body.resize(start + size, 0);
-            reader.read_exact(&mut body[start..])?;
-            let mut crlf = [0u8; 2];
-            reader.read_exact(&mut crlf)?;
-        }
-    } else if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        body.resize(len, 0);
-        reader.read_exact(&mut body)?;
-    } else {
-        reader.read_to_end(&mut body)?;
-    }
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
 }
