@@ -4,16 +4,26 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// What the tests need from the stack file.
-#[derive(Debug, Clone)]
+use serde::Deserialize;
+
+/// What the tests need from the stack file (it holds more; serde skips the rest).
+#[derive(Debug, Clone, Deserialize)]
 pub struct Stack {
     pub ephemeral_key_url: String,
     pub transfer_url: String,
+    #[serde(default)]
     pub openai_stand_in: bool,
+    #[serde(default)]
     pub internal_token: Option<String>,
-    pub demo_token: String,
+    pub demo: Demo,
+}
+
+/// The demo client the stack seeded: its bearer token and its accounts.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Demo {
+    pub token: String,
     /// Payer first.
-    pub demo_accounts: Vec<String>,
+    pub accounts: Vec<String>,
 }
 
 /// `TOLLGATE_STACK_FILE`, else `<repo>/.dev/stack.json`.
@@ -40,34 +50,14 @@ pub fn stack() -> &'static Stack {
                 path.display()
             )
         });
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
-        let string = |v: &serde_json::Value, key: &str| -> String {
-            v[key]
-                .as_str()
-                .unwrap_or_else(|| panic!("{} has no string `{key}`", path.display()))
-                .to_string()
-        };
-        let demo = &v["demo"];
-        let demo_accounts: Vec<String> = demo["accounts"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{} has no demo.accounts", path.display()))
-            .iter()
-            .map(|a| a.as_str().expect("account ids are strings").to_string())
-            .collect();
+        let stack: Stack = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not a stack file: {e}", path.display()));
         assert!(
-            demo_accounts.len() >= 2,
+            stack.demo.accounts.len() >= 2,
             "{} lists fewer than two demo accounts",
             path.display()
         );
-        Stack {
-            ephemeral_key_url: string(&v, "ephemeral_key_url"),
-            transfer_url: string(&v, "transfer_url"),
-            openai_stand_in: v["openai_stand_in"].as_bool().unwrap_or(false),
-            internal_token: v["internal_token"].as_str().map(str::to_string),
-            demo_token: string(demo, "token"),
-            demo_accounts,
-        }
+        stack
     })
 }
 

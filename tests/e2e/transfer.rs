@@ -8,7 +8,7 @@ const AMOUNT: u64 = 100;
 fn balance(account: &str) -> u64 {
     let stack = stack();
     let resp = http::get(format!("{}/accounts/{account}", stack.transfer_url))
-        .header("Authorization", &format!("Bearer {}", stack.demo_token))
+        .header("Authorization", &format!("Bearer {}", stack.demo.token))
         .send();
     expect_status(&resp, 200, "GET /accounts/{id}");
     let body = resp.json();
@@ -22,7 +22,7 @@ fn a_retried_transfer_is_replayed_not_repeated() {
     // The README's examples move the same demo accounts' money.
     let _serial = session_lock();
     let stack = stack();
-    let (from, to) = (&stack.demo_accounts[0], &stack.demo_accounts[1]);
+    let (from, to) = (&stack.demo.accounts[0], &stack.demo.accounts[1]);
     let before = balance(from);
     assert!(
         before >= AMOUNT,
@@ -31,7 +31,7 @@ fn a_retried_transfer_is_replayed_not_repeated() {
     let key = unique_key("e2e");
     let send = || {
         http::post(format!("{}/transfers", stack.transfer_url))
-            .header("Authorization", &format!("Bearer {}", stack.demo_token))
+            .header("Authorization", &format!("Bearer {}", stack.demo.token))
             .header("Idempotency-Key", &key)
             .json(&serde_json::json!({"from": from, "to": to, "amount": AMOUNT, "memo": "e2e"}))
             .send()
@@ -64,7 +64,7 @@ fn a_retried_transfer_is_replayed_not_repeated() {
     assert_eq!(balance(from), before - AMOUNT, "moved once, not twice");
 
     let shown = http::get(format!("{}/transfers/{id}", stack.transfer_url))
-        .header("Authorization", &format!("Bearer {}", stack.demo_token))
+        .header("Authorization", &format!("Bearer {}", stack.demo.token))
         .send();
     expect_status(&shown, 200, "GET /transfers/{id}");
     assert_eq!(shown.json()["transfer_id"], id);
