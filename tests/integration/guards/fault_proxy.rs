@@ -7,7 +7,11 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo;
@@ -75,57 +79,46 @@ async fn passes_requests_through() {
     assert_eq!(proxy.fired(), 0);
 }
 
+/// Three requests on one client connection, the middle one with a chunked body: the proxy
+/// answers each, framed by `content-length`, and keeps the connection open between them.
 #[tokio::test]
 async fn keeps_client_connections_alive_and_reads_chunked_bodies() {
     let proxy = FaultProxy::start(&dynamo::endpoint()).await;
     let addr = proxy.endpoint().trim_start_matches("http://").to_string();
-    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    let conn = TcpStream::connect(&addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(conn))
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
     // Unsigned requests: DynamoDB Local answers them (with an error), which is all this needs.
-    let body = "{}";
-    let by_length = format!(
-        "POST / HTTP/1.1\r\nhost: {addr}\r\nx-amz-target: DynamoDB_20120810.ListTables\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let chunked = format!(
-        "POST / HTTP/1.1\r\nhost: {addr}\r\nx-amz-target: DynamoDB_20120810.ListTables\r\ncontent-type: application/x-amz-json-1.0\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
-        body.len()
-    );
-    for (i, req) in [&by_length, &chunked, &by_length].into_iter().enumerate() {
-        conn.write_all(req.as_bytes()).await.unwrap();
-        let head = read_response_head(&mut conn).await;
-        assert!(head.starts_with("HTTP/1.1 "), "response {i}: {head:?}");
+    let request = |chunked: bool| {
+        let mut req = http::Request::post("/")
+            .header("host", &addr)
+            .header("x-amz-target", "DynamoDB_20120810.ListTables")
+            .header("content-type", "application/x-amz-json-1.0");
+        if chunked {
+            // hyper's client honours it: the body goes out in chunk framing.
+            req = req.header(TRANSFER_ENCODING, "chunked");
+        }
+        req.body(Full::new(Bytes::from_static(b"{}"))).unwrap()
+    };
+    for (i, chunked) in [false, true, false].into_iter().enumerate() {
+        let exchange = async {
+            sender.ready().await?;
+            let resp = sender.send_request(request(chunked)).await?;
+            let framed = resp.headers().contains_key(CONTENT_LENGTH);
+            resp.into_body().collect().await?;
+            Ok::<_, hyper::Error>(framed)
+        };
+        let framed = tokio::time::timeout(Duration::from_secs(10), exchange)
+            .await
+            .expect("response in time")
+            .unwrap_or_else(|e| panic!("request {i} on the kept-alive connection: {e}"));
+        assert!(framed, "response {i} is framed by content-length");
     }
     assert_eq!(proxy.seen("ListTables"), 3);
-}
-
-/// Reads one response (content-length framed, as DynamoDB Local sends) and returns its head.
-async fn read_response_head(conn: &mut TcpStream) -> String {
-    let mut buf = Vec::new();
-    let read = async {
-        loop {
-            let mut chunk = [0u8; 4096];
-            let n = conn.read(&mut chunk).await.unwrap();
-            assert!(n > 0, "proxy closed a kept-alive connection");
-            buf.extend_from_slice(&chunk[..n]);
-            let text = String::from_utf8_lossy(&buf).into_owned();
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().parse().unwrap())
-                    })
-                    .expect("content-length");
-                if body.len() >= len {
-                    return head.to_string();
-                }
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .expect("response in time")
+    drop(sender);
+    connection.await.unwrap().unwrap();
 }
 
 #[tokio::test]
