@@ -104,12 +104,19 @@ impl Reply {
 
     /// The fields as one JSON object, in order (serde_json's own map would sort them).
     fn json_line(&self) -> String {
-        let members: Vec<String> = self
-            .fields
-            .iter()
-            .map(|(name, value)| format!("{}:{value}", Value::from(*name)))
-            .collect();
-        format!("{{{}}}\n", members.join(","))
+        let mut line =
+            serde_json::to_string(&InOrder(&self.fields)).expect("JSON values serialise");
+        line.push('\n');
+        line
+    }
+}
+
+/// Fields serialised as one JSON object whose members keep the fields' order.
+struct InOrder<'a>(&'a [(&'static str, Value)]);
+
+impl Serialize for InOrder<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, value)| (name, value)))
     }
 }
 
