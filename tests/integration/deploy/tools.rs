@@ -124,7 +124,7 @@ pub fn offline_sam(sam: &Path, test: &str) -> Command {
         .as_secs();
     fs::write(
         app_dir.join("metadata.json"),
-        format!("{{\"lastVersionCheck\": {now}, \"telemetryEnabled\": false}}\n"),
+        serde_json::json!({"lastVersionCheck": now, "telemetryEnabled": false}).to_string(),
     )
     .expect("write the SAM CLI metadata file");
 
