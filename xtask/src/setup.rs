@@ -59,10 +59,7 @@ pub struct Tools {
 }
 
 /// `cargo xtask setup`.
-pub fn run(args: &[String]) -> Result {
-    if let Some(arg) = args.first() {
-        return Err(format!("`setup` takes no arguments, got `{arg}`").into());
-    }
+pub fn run() -> Result {
     util::step("setup");
     let tools = all()?;
     info(format!(
