@@ -85,16 +85,11 @@ const STAND_IN_API_KEY: &str = "sk-local-stand-in";
 /// The ready-to-paste lines; `{{name}}` marks a value.
 const BANNER: &str = include_str!("../templates/dev-banner.txt");
 
-/// `cargo xtask dev`: runs the whole stack locally until Ctrl-C: DynamoDB Local, the tables of
-/// template.yaml, a demo client with two accounts, the voice demo page with /api on one
-/// origin, an OpenAI stand-in (client secrets and WebRTC calls) when OPENAI_API_KEY is unset,
-/// and both functions under `cargo lambda watch`. Writes .dev/stack.json and prints the page
-/// URL and curl lines once everything answers.
-///
-/// Variables you set (RUST_LOG, INTERNAL_TOKEN, OPENAI_API_KEY, OPENAI_BASE_URL, table names,
-/// limits, ...) reach both functions unchanged.
+/// `cargo xtask dev`'s options (its summary is in `main.rs`).
 #[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
+#[command(
+    after_help = "Variables you set (RUST_LOG, INTERNAL_TOKEN, OPENAI_API_KEY, OPENAI_BASE_URL, table names, limits, ...) reach both functions unchanged."
+)]
 pub struct Args {
     /// Keep DynamoDB's data (and the demo credentials) in DIR across restarts
     /// [default: in memory]

@@ -35,6 +35,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
+    bin_name = "cargo xtask",
     about = "Tollgate's chores: tools, DynamoDB Local, the dev stack, the full test run",
     after_help = "Environment:\n  TOLLGATE_CACHE_DIR  where tools, venv and logs live (default: $HOME/.cache/tollgate)"
 )]
