@@ -37,7 +37,7 @@
 //!   a new one. Tables that exist are left alone by `tables create`.
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -283,7 +283,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         interrupted()?;
     }
 
-    let mut env = Env::new();
+    let mut env: Env = Default::default();
     env.stack_wiring(&stack.info.dynamodb_endpoint);
     env.default("RUST_LOG", "info");
     stack.info.internal_token = env.internal_token()?;
@@ -292,7 +292,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     let template = util::workspace_root().join("template.yaml");
     let out = run_cli(
         &cli,
-        &env,
+        &|cmd| env.apply(cmd),
         &["tables", "create", "--template"],
         &[template.as_os_str()],
     )?;
@@ -657,13 +657,13 @@ pub fn build_cli() -> Result<PathBuf> {
 /// returns its stdout, or an error with its stderr.
 pub fn run_cli(
     cli: &Path,
-    env: &impl CliEnv,
+    env: &dyn Fn(&mut Command),
     args: &[&str],
     more: &[&std::ffi::OsStr],
 ) -> Result<String> {
     let mut cmd = Command::new(cli);
     cmd.args(args).args(more);
-    env.apply(&mut cmd);
+    env(&mut cmd);
     cmd.current_dir(util::workspace_root()).stdin(Stdio::null());
     let out = cmd
         .output()
@@ -681,7 +681,11 @@ pub fn run_cli(
 }
 
 /// `tollgate --json <args>`, its one JSON object read as a `T`.
-pub fn cli_json<T: DeserializeOwned>(cli: &Path, env: &impl CliEnv, args: &[&str]) -> Result<T> {
+pub fn cli_json<T: DeserializeOwned>(
+    cli: &Path,
+    env: &dyn Fn(&mut Command),
+    args: &[&str],
+) -> Result<T> {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
     let out = run_cli(cli, env, &all, &[])?;
@@ -697,6 +701,7 @@ pub fn cli_json<T: DeserializeOwned>(cli: &Path, env: &impl CliEnv, args: &[&str
 /// The demo client and accounts: reused from a persistent database when
 /// they are still there, else created.
 fn demo(cli: &Path, env: &Env, storage: &Storage) -> Result<Demo> {
+    let env = &|cmd: &mut Command| env.apply(cmd);
     let saved = match storage {
         Storage::Dir(dir) => Some(dir.join(DEMO_FILE)),
         Storage::InMemory => None,
@@ -735,7 +740,7 @@ fn demo(cli: &Path, env: &Env, storage: &Storage) -> Result<Demo> {
 }
 
 /// A saved demo whose accounts still exist with the same owner.
-fn saved_demo(cli: &Path, env: &Env, path: &Path) -> Option<Demo> {
+fn saved_demo(cli: &Path, env: &dyn Fn(&mut Command), path: &Path) -> Option<Demo> {
     let demo: Demo = serde_json::from_str(&fs::read_to_string(path).ok()?).ok()?;
     if demo.accounts.len() != DEMO_BALANCES.len() {
         return None;
@@ -761,24 +766,6 @@ fn fatal_log_line(log: &Path) -> Option<String> {
         .map(|line| line.trim().to_string())
 }
 
-/// What gives a CLI run its environment: the stack's [`Env`], or a caller's closure
-/// (`cargo xtask bench` seeds its own DynamoDB Local).
-pub trait CliEnv {
-    fn apply(&self, cmd: &mut Command);
-}
-
-impl CliEnv for Env {
-    fn apply(&self, cmd: &mut Command) {
-        Env::apply(self, cmd)
-    }
-}
-
-impl<F: Fn(&mut Command)> CliEnv for F {
-    fn apply(&self, cmd: &mut Command) {
-        self(cmd)
-    }
-}
-
 /// Writes a file only the owner can read (it holds tokens), atomically, so
 /// a reader never sees half of it.
 fn write_private(path: &Path, text: &str) -> Result {
@@ -799,19 +786,13 @@ fn write_private(path: &Path, text: &str) -> Result {
 
 /// The environment for the CLI and the functions: the user's, plus the
 /// stack's wiring and dev defaults for what the user left unset.
+#[derive(Default)]
 struct Env {
     set: Vec<(String, String)>,
     remove: Vec<&'static str>,
 }
 
 impl Env {
-    fn new() -> Env {
-        Env {
-            set: Vec::new(),
-            remove: Vec::new(),
-        }
-    }
-
     /// Whether the user set `key` (empty counts as unset, as the functions
     /// read it).
     fn user_has(&self, key: &str) -> bool {
@@ -886,29 +867,25 @@ impl Echo {
     fn start(log: &Path) -> Result<Echo> {
         let mut file = fs::File::open(log)?;
         file.seek(SeekFrom::End(0))?;
+        let mut reader = BufReader::new(file);
         let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = stop.clone();
-            thread::Builder::new()
-                .name("log-echo".into())
-                .spawn(move || {
-                    let mut pending = Vec::new();
-                    let mut buf = [0u8; 8192];
-                    while !stop.load(Ordering::SeqCst) {
-                        match file.read(&mut buf) {
-                            Ok(0) | Err(_) => sleep(Duration::from_millis(200)),
-                            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        let stopped = stop.clone();
+        let thread = thread::spawn(move || {
+            // A line is shown once it is whole; a half-written one waits for its end.
+            let mut line = Vec::new();
+            while !stopped.load(Ordering::SeqCst) {
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(_) if line.ends_with(b"\n") => {
+                        if let Some(shown) = echo_worthy(String::from_utf8_lossy(&line).trim_end())
+                        {
+                            eprintln!("{shown}");
                         }
-                        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-                            let line: Vec<u8> = pending.drain(..=end).collect();
-                            let line = String::from_utf8_lossy(&line);
-                            if let Some(line) = echo_worthy(line.trim_end()) {
-                                eprintln!("{line}");
-                            }
-                        }
+                        line.clear();
                     }
-                })?
-        };
+                    _ => sleep(Duration::from_millis(200)),
+                }
+            }
+        });
         Ok(Echo {
             stop,
             thread: Some(thread),
