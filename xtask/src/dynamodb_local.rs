@@ -9,7 +9,7 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -99,7 +99,7 @@ pub struct DynamoDbLocal {
     pub port: u16,
     /// Java's stdout and stderr.
     pub log: PathBuf,
-    child: Child,
+    java: processes::Tree,
 }
 
 /// Starts DynamoDB Local and waits until it serves requests.
@@ -191,15 +191,11 @@ fn spawn(dist: &Dist, storage: &Storage, port: u16, log: &Path) -> Result<Dynamo
     // Its own process group, so the terminal's Ctrl-C reaches xtask only and
     // xtask stops things in order (functions before their database); and a
     // SIGTERM from the kernel should xtask die without stopping it.
-    processes::isolate(&mut cmd);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("could not start `{}`: {e}", util::display(&cmd)))?;
     Ok(DynamoDbLocal {
         endpoint: format!("http://127.0.0.1:{port}"),
         port,
         log: log.to_path_buf(),
-        child,
+        java: processes::spawn("DynamoDB Local", &mut cmd)?,
     })
 }
 
@@ -231,7 +227,7 @@ impl DynamoDbLocal {
     fn wait_ready(&mut self) -> std::result::Result<(), Failure> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.java.try_wait() {
                 return Err(Failure::Exited(status));
             }
             if signal::received() {
@@ -249,26 +245,13 @@ impl DynamoDbLocal {
 
     /// `Some(status)` once the process has exited on its own.
     pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
-        Ok(self.child.try_wait()?)
+        self.java.try_wait()
     }
 
-    /// Stops the process and waits for it. Idempotent; also done on drop.
+    /// Stops the process (SIGTERM first, so Java runs its shutdown hooks, which matters for an
+    /// on-disk database) and waits for it. Idempotent; also done on drop.
     pub fn stop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return; // already exited (and reaped)
-        }
-        // SIGTERM first, so Java runs its shutdown hooks (matters for an on-disk database).
-        if processes::signal(self.child.id(), nix::sys::signal::Signal::SIGTERM) {
-            let deadline = Instant::now() + STOP_TIMEOUT;
-            while Instant::now() < deadline {
-                if !matches!(self.child.try_wait(), Ok(None)) {
-                    return;
-                }
-                sleep(Duration::from_millis(50));
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.java.stop(STOP_TIMEOUT);
     }
 }
 

@@ -56,7 +56,7 @@ pub fn become_subreaper() {
 
 /// Prepares `cmd` to run as an independent helper: its own process group,
 /// and (Linux) a SIGTERM if xtask dies without stopping it.
-pub fn isolate(cmd: &mut Command) {
+fn isolate(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
