@@ -3,9 +3,10 @@
 //!
 //! DynamoDB Local is started straight from its jar with `java` (no Docker,
 //! no Node wrapper) on a port of our choosing, reached as 127.0.0.1, and is
-//! owned by a [`DynamoDbLocal`] guard that stops it when dropped. `test` uses
-//! it in memory on a random port; a later `dev` command can reuse [`start`]
-//! with [`Storage::Dir`] and a fixed port.
+//! owned by a [`DynamoDbLocal`] guard (a [`processes::Tree`]) that stops it
+//! when dropped. `test` uses it in memory on a random port; `dev` with
+//! `--persist` keeps its tables in a directory ([`Storage::Dir`]). Readiness
+//! is a `ListTables` request through `ureq`.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};

@@ -35,7 +35,7 @@ use nix::unistd::Pid;
 use crate::util::Result;
 
 /// Sends `sig` to `pid`; false if it is gone (or not ours to signal).
-pub fn signal(pid: u32, sig: Signal) -> bool {
+fn signal(pid: u32, sig: Signal) -> bool {
     i32::try_from(pid).is_ok_and(|pid| kill(Pid::from_raw(pid), sig).is_ok())
 }
 

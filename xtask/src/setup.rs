@@ -302,23 +302,15 @@ fn check_python() -> Result {
          install it with `apt-get install python3 python3-venv`",
         MIN_PYTHON.0, MIN_PYTHON.1
     );
-    let Some(out) = util::capture(Command::new("python3").arg("--version")) else {
-        return Err(format!("`python3` not found. {hint}").into());
-    };
-    // "Python 3.11.7" (on stdout; very old versions used stderr)
-    let text = String::from_utf8_lossy(if out.stdout.is_empty() {
-        &out.stderr
-    } else {
-        &out.stdout
-    })
-    .to_string();
-    let mut numbers = text.trim().trim_start_matches("Python ").split('.');
-    let major: u32 = numbers.next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    let minor: u32 = numbers.next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    if (major, minor) >= MIN_PYTHON {
-        Ok(())
-    } else {
-        Err(format!("found `{}`. {hint}", text.trim()).into())
+    // Python compares its own version: no version string to parse.
+    let check = format!("import sys; sys.exit(sys.version_info < {MIN_PYTHON:?})");
+    match Command::new("python3").args(["-c", &check]).status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(_) => {
+            let found = util::first_line(Command::new("python3").arg("--version"));
+            Err(format!("found `{found}`. {hint}").into())
+        }
+        Err(_) => Err(format!("`python3` not found. {hint}").into()),
     }
 }
 

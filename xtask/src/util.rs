@@ -1,4 +1,5 @@
-//! Helpers shared by the tasks: where things live, running commands, and
+//! Helpers shared by the tasks: where things live, running commands (and reading what
+//! `cargo build` reports, through serde), probing a local server over HTTP (`ureq`), and
 //! progress output.
 //!
 //! Progress goes to stderr so that stdout stays free for values a caller may
