@@ -1,7 +1,7 @@
 //! The browser half's checks: the client's type check and unit tests (`web/`), and the browser
 //! tests (`web/dev/browser.test.cjs`): Debian's headless Chromium, driven by playwright-core,
 //! with fake media devices, against a stack of their own (the functions, DynamoDB Local, the
-//! page and the OpenAI stand-in of `web/dev/server.cjs`).
+//! page and the OpenAI stand-in of `web/dev/server.cjs`, as `cargo xtask dev` starts them).
 //!
 //! `cargo xtask screenshots` runs the same browser tests and keeps a picture of the page in each
 //! state under `docs/screenshots/`.
@@ -65,7 +65,6 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
                     .collect(),
                 ..dev::Hooks::default()
             },
-            web: true,
         },
         None,
     )?;
@@ -92,10 +91,7 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
 }
 
 /// `cargo xtask screenshots`: the browser tests, keeping a picture of each state.
-pub fn screenshots(args: &[String]) -> Result {
-    if let Some(arg) = args.first() {
-        return Err(format!("`screenshots` takes no arguments, got `{arg}`").into());
-    }
+pub fn screenshots() -> Result {
     step("setup");
     let tools = setup::all()?;
     let dir = util::workspace_root().join("docs/screenshots");

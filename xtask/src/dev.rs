@@ -1,16 +1,17 @@
-//! `cargo xtask dev`: the whole stack on this machine, ready to `curl`.
+//! `cargo xtask dev`: the whole stack on this machine, ready to `curl` and to open in a browser.
 //!
-//! DynamoDB Local → tables and a demo client with two accounts (through the
-//! operator CLI, so the data is made exactly as an operator would make it) →
-//! a local OpenAI stand-in when there is no `OPENAI_API_KEY` → both
-//! functions under one `cargo lambda watch` → a probe of each part → the
-//! stack file (`.dev/stack.json`) and ready-to-paste `curl` lines. Ctrl-C or
-//! SIGTERM stops everything it started, in reverse order, and removes the
-//! stack file and the lock.
+//! DynamoDB Local → tables and a demo client with two accounts (through the operator CLI, so
+//! the data is made exactly as an operator would make it) → the browser page's dev server
+//! (`web/dev/server.cjs`: the page with `/api` on one origin, and the OpenAI stand-in that
+//! mints client secrets and answers WebRTC calls, used when there is no `OPENAI_API_KEY`) →
+//! both functions under one `cargo lambda watch` → a probe of each part → the stack file
+//! (`.dev/stack.json`, a [`StackFile`]), `.dev/env` and ready-to-paste `curl` lines (the text of
+//! `templates/dev-banner.txt`). Ctrl-C or SIGTERM stops everything it started, in reverse
+//! order, and removes the stack file.
 //!
-//! [`start`] is also what `cargo xtask test` uses for its end-to-end step,
-//! with its own state directory, so a developer's running `dev` and a test
-//! run never share ports, files or a lock.
+//! [`start`] is also what `cargo xtask test` uses for its end-to-end and browser steps, with
+//! state directories of their own, so a developer's running `dev` and a test run never share
+//! ports, files or a lock.
 //!
 //! Choices worth knowing:
 //!
@@ -36,7 +37,7 @@
 //!   a new one. Tables that exist are left alone by `tables create`.
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,13 +45,14 @@ use std::sync::Arc;
 use std::thread::{self, sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
 use crate::dynamodb_local::{self, DynamoDbLocal, Storage};
-use crate::json::{self, Value};
 use crate::lock::Lock;
-use crate::openai_standin::{self, StandIn};
 use crate::setup::Tools;
 use crate::util::{self, info, step, Result};
-use crate::{http, processes, signal};
+use crate::{processes, signal};
 
 /// The function binaries (and `cargo lambda watch` function names).
 const EPHEMERAL_KEY: &str = "ephemeral-key";
@@ -68,6 +70,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long `cargo lambda watch` gets to stop its functions before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long the page's dev server gets to answer.
+const WEB_READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The demo data.
 const DEMO_CLIENT_NAME: &str = "demo";
@@ -78,6 +82,26 @@ const DEMO_BALANCES: [u64; 2] = [100_000, 0];
 const DEMO_FILE: &str = "tollgate-demo.json";
 /// Placed in the OpenAI key variable when the stand-in runs: obviously fake.
 const STAND_IN_API_KEY: &str = "sk-local-stand-in";
+/// The ready-to-paste lines; `{{name}}` marks a value.
+const BANNER: &str = include_str!("../templates/dev-banner.txt");
+
+/// `cargo xtask dev`'s options (its summary is in `main.rs`).
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Variables you set (RUST_LOG, INTERNAL_TOKEN, OPENAI_API_KEY, OPENAI_BASE_URL, table names, limits, ...) reach both functions unchanged."
+)]
+pub struct Args {
+    /// Keep DynamoDB's data (and the demo credentials) in DIR across restarts
+    /// [default: in memory]
+    #[arg(long, value_name = "DIR")]
+    persist: Option<PathBuf>,
+    /// Port of the functions' URLs [default: a free one]
+    #[arg(long)]
+    port: Option<u16>,
+    /// Do not rebuild and restart functions on code changes
+    #[arg(long)]
+    no_reload: bool,
+}
 
 /// How to start a stack.
 #[derive(Debug, Clone)]
@@ -90,22 +114,17 @@ pub struct Options {
     /// Rebuild and restart a function when its code changes. Off for test
     /// runs, so an edit during the run cannot restart a function mid-test.
     pub reload: bool,
-    /// Interactive use: log each fake secret the stand-in mints, and copy
-    /// the functions' log to the terminal once the stack is ready.
+    /// Interactive use: copy the functions' log to the terminal once the stack is ready.
     pub interactive: bool,
-    /// What `cargo xtask replay` changes; the default changes nothing.
+    /// What the tests (and `cargo xtask replay`) change; the default changes nothing.
     pub hooks: Hooks,
-    /// Serve the browser page (`web/dev/server.cjs`): the page and `/api` on one origin, and,
-    /// without `OPENAI_API_KEY`, the OpenAI stand-in with WebRTC calls. Off for the replay, the
-    /// drills and the bench, which need no page (they keep the small Rust stand-in).
-    pub web: bool,
 }
 
-/// `cargo xtask replay`'s hooks into the stack: a fixed DynamoDB Local port
-/// (a fault proxy in front of it starts before the stack), variables only the
-/// functions see (their `DYNAMODB_ENDPOINT` is that proxy; the CLI and the
-/// stack file keep DynamoDB Local itself), and `cargo lambda watch
-/// --concurrency` (instances per function; cargo-lambda's default is 1).
+/// Hooks into the stack: variables only the functions see (the browser tests' limits; the
+/// replay's `DYNAMODB_ENDPOINT`, a fault proxy, while the CLI and the stack file keep DynamoDB
+/// Local itself), and, for `cargo xtask replay` and `drill` (moving to `stress/`), a fixed
+/// DynamoDB Local port (the proxy in front of it starts before the stack) and
+/// `cargo lambda watch --concurrency` (instances per function; cargo-lambda's default is 1).
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
     pub dynamodb_port: Option<u16>,
@@ -113,50 +132,64 @@ pub struct Hooks {
     pub concurrency: Option<u32>,
 }
 
-/// The demo client and its accounts (payer first).
-#[derive(Debug, Clone)]
+/// The demo client and its accounts (payer first); also the demo file of `--persist`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Demo {
     pub client_id: String,
     pub token: String,
     pub accounts: Vec<String>,
 }
 
-/// What the stack file says.
-#[derive(Debug, Clone)]
-pub struct Info {
+/// `.dev/stack.json`: how tools and tests find the running stack (the contract's fields,
+/// plus what the e2e and browser tests read). Written once every part answers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StackFile {
     pub ephemeral_key_url: String,
     pub transfer_url: String,
+    /// The page, same-origin with the API under `/api` (with `?realtime=` pointing at the
+    /// stand-in when it runs).
+    pub web_url: String,
     pub dynamodb_endpoint: String,
     pub openai_stand_in: bool,
     /// `None` when the user keeps it in SSM (`INTERNAL_TOKEN_PARAM`).
     pub internal_token: Option<String>,
     pub demo: Demo,
-    /// The page and its dev server, when served.
-    pub web: Option<WebInfo>,
+    pub web: Web,
 }
 
-/// Where the dev server serves the page.
-#[derive(Debug, Clone)]
-pub struct WebInfo {
-    /// The page, same-origin with the API under `/api` (with `?realtime=` pointing at the
-    /// stand-in when it runs).
-    pub web_url: String,
+/// The rest of what the page's dev server serves.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Web {
     /// The same page from a second origin with no API of its own (cross-origin tests).
     pub second_url: String,
     /// The OpenAI origin the page calls for WebRTC (the stand-in, or api.openai.com).
     pub realtime_url: String,
 }
 
+/// What `tollgate --json clients create` prints.
+#[derive(Debug, Deserialize)]
+pub struct NewClient {
+    pub client_id: String,
+    pub token: String,
+}
+
+/// What `tollgate --json accounts create|show` prints (the part read here).
+#[derive(Debug, Deserialize)]
+pub struct Account {
+    pub account_id: String,
+    #[serde(default)]
+    pub client_id: Option<String>,
+}
+
 /// A running stack. Dropping it stops every part (functions first, then
-/// the stand-in, then DynamoDB Local) and removes the stack file and lock.
+/// the page's server, then DynamoDB Local) and removes the stack file.
 pub struct Stack {
-    pub info: Info,
+    pub info: StackFile,
     pub stack_file: PathBuf,
     pub functions_log: PathBuf,
     functions: Option<processes::Tree>,
-    /// Starts `cargo lambda watch` again, as at start (see [`Stack::restart_functions`]).
+    /// Starts `cargo lambda watch` again, as at start (see [`Stack::restart_functions_with`]).
     respawn: Option<Respawn>,
-    standin: Option<StandIn>,
     web: Option<processes::Tree>,
     ddb: Option<DynamoDbLocal>,
     echo: Option<Echo>,
@@ -184,8 +217,7 @@ pub fn lock_file(state_dir: &Path) -> PathBuf {
 
 /// Takes the state directory's lock: one stack per state directory.
 pub fn lock(state_dir: &Path) -> Result<Lock> {
-    let (lock, _) = Lock::acquire(&lock_file(state_dir), "`cargo xtask dev`")?;
-    Ok(lock)
+    Lock::acquire(&lock_file(state_dir), "`cargo xtask dev`")
 }
 
 /// Starts everything and returns once every part answers and the stack file
@@ -217,24 +249,15 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     };
 
     let mut stack = Stack {
-        info: Info {
+        info: StackFile {
             ephemeral_key_url: format!("http://127.0.0.1:{invoke_port}/lambda-url/{EPHEMERAL_KEY}"),
             transfer_url: format!("http://127.0.0.1:{invoke_port}/lambda-url/{TRANSFER}"),
-            dynamodb_endpoint: String::new(),
-            openai_stand_in: false,
-            internal_token: None,
-            demo: Demo {
-                client_id: String::new(),
-                token: String::new(),
-                accounts: Vec::new(),
-            },
-            web: None,
+            ..StackFile::default()
         },
         stack_file,
         functions_log: logs.join("functions.log"),
         functions: None,
         respawn: None,
-        standin: None,
         web: None,
         ddb: None,
         echo: None,
@@ -260,7 +283,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         interrupted()?;
     }
 
-    let mut env = Env::new();
+    let mut env: Env = Default::default();
     env.stack_wiring(&stack.info.dynamodb_endpoint);
     env.default("RUST_LOG", "info");
     stack.info.internal_token = env.internal_token()?;
@@ -269,7 +292,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     let template = util::workspace_root().join("template.yaml");
     let out = run_cli(
         &cli,
-        &env,
+        &|cmd| env.apply(cmd),
         &["tables", "create", "--template"],
         &[template.as_os_str()],
     )?;
@@ -286,43 +309,30 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         stack.info.demo.accounts.join(", ")
     ));
 
-    step("openai");
+    step("page and openai");
     let real_openai = env.user_has("OPENAI_API_KEY") || env.user_has("OPENAI_API_KEY_PARAM");
-    if opts.web {
-        let (tree, web) = start_web(tools, invoke_port, real_openai, &logs)?;
-        // The page's second origin may call the API (a cross-origin app); `localhost` for the
-        // same port is another origin, and is not listed.
-        env.default("CORS_ALLOWED_ORIGINS", web.second_url.trim_end_matches('/'));
-        stack.web = Some(tree);
-        stack.info.web = Some(web);
-    }
-    let web_stand_in = match (&stack.info.web, real_openai) {
-        (Some(web), false) => Some(web.realtime_url.clone()),
-        _ => None,
-    };
+    let tree = start_web(tools, invoke_port, real_openai, &logs, &mut stack.info)?;
+    stack.web = Some(tree);
+    // The page's second origin may call the API (a cross-origin app); `localhost` for the
+    // same port is another origin, and is not listed.
+    env.default(
+        "CORS_ALLOWED_ORIGINS",
+        stack.info.web.second_url.trim_end_matches('/'),
+    );
     if real_openai {
         info(format!(
             "OPENAI_API_KEY is set: client secrets come from {} with your key (from OpenAI they are real, and billed)",
             env.get("OPENAI_BASE_URL")
                 .unwrap_or_else(|| "https://api.openai.com".into())
         ));
-    } else if let Some(url) = web_stand_in {
+    } else {
+        let url = stack.info.web.realtime_url.clone();
         env.set("OPENAI_BASE_URL", &url);
         env.set("OPENAI_API_KEY", STAND_IN_API_KEY);
         info(format!(
             "OPENAI_API_KEY is not set: client secrets are FAKE (ek_local_…) and WebRTC calls end at a local peer that echoes your microphone, both from a stand-in at {url}"
         ));
         stack.info.openai_stand_in = true;
-    } else {
-        let standin = openai_standin::start(opts.interactive)?;
-        env.set("OPENAI_BASE_URL", &standin.base_url);
-        env.set("OPENAI_API_KEY", STAND_IN_API_KEY);
-        info(format!(
-            "OPENAI_API_KEY is not set: client secrets are FAKE (ek_local_…), minted by a local stand-in at {}",
-            standin.base_url
-        ));
-        stack.info.openai_stand_in = true;
-        stack.standin = Some(standin);
     }
 
     step("functions");
@@ -368,7 +378,10 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     ));
     stack.wait_ready()?;
 
-    write_private(&stack.stack_file, &json::pretty(&stack.info.to_json()))?;
+    write_private(
+        &stack.stack_file,
+        &serde_json::to_string_pretty(&stack.info)?,
+    )?;
     write_private(
         &env_file(&stack.stack_file),
         &stack.info.to_shell(&stack.stack_file),
@@ -402,30 +415,23 @@ impl Stack {
             "{}/accounts/{}",
             self.info.transfer_url, self.info.demo.accounts[0]
         );
+        let headers = [("Authorization", bearer.as_str())];
         self.wait_for(TRANSFER, deadline, || {
-            http::request(
-                "GET",
-                &transfer,
-                &[("Authorization", bearer.as_str())],
-                "",
-                PROBE_TIMEOUT,
-            )
+            util::request("GET", &transfer, &headers, None, PROBE_TIMEOUT)
         })?;
         let mut headers = vec![("Content-Type", "application/json")];
         if let Some(token) = token.as_deref() {
             headers.push(("X-Internal-Token", token));
         }
-        let (method, path) = if self.info.openai_stand_in && token.is_some() {
-            ("POST", "/session")
+        let (method, path, body) = if self.info.openai_stand_in && token.is_some() {
+            ("POST", "/session", Some("{}"))
         } else {
-            ("GET", "/internal/kill-switch")
+            ("GET", "/internal/kill-switch", None)
         };
         let url = format!("{}{path}", self.info.ephemeral_key_url);
-        let body = if method == "POST" { "{}" } else { "" };
         self.wait_for(EPHEMERAL_KEY, deadline, || {
-            http::request(method, &url, &headers, body, PROBE_TIMEOUT)
-        })?;
-        Ok(())
+            util::request(method, &url, &headers, body, PROBE_TIMEOUT)
+        })
     }
 
     /// Repeats `probe` until the function gives an answer below 500, then
@@ -434,7 +440,7 @@ impl Stack {
         &mut self,
         name: &str,
         deadline: Instant,
-        probe: impl Fn() -> Result<http::Response>,
+        probe: impl Fn() -> Result<util::Answer>,
     ) -> Result {
         let started = Instant::now();
         let mut last;
@@ -451,23 +457,19 @@ impl Stack {
             match probe() {
                 // Our functions answer JSON (or problem+json) to everything;
                 // cargo-lambda's own refusals (unknown function: 404) do not.
-                Ok(r)
-                    if r.status < 500
-                        && r.header("content-type").is_some_and(|t| t.contains("json")) =>
-                {
+                Ok(r) if r.status < 500 && r.content_type.contains("json") => {
                     let secs = started.elapsed().as_secs_f32();
                     if r.status == 200 {
                         info(format!("{name}: ready ({secs:.1}s)"));
                     } else {
                         info(format!(
                             "{name}: answers, but with {} ({secs:.1}s): {}",
-                            r.status,
-                            r.text()
+                            r.status, r.body
                         ));
                     }
                     return Ok(());
                 }
-                Ok(r) => last = format!("HTTP {}: {}", r.status, r.text()),
+                Ok(r) => last = format!("HTTP {}: {}", r.status, r.body),
                 Err(e) => last = e.to_string(),
             }
             if Instant::now() >= deadline {
@@ -525,7 +527,7 @@ impl Stack {
         Ok(())
     }
 
-    /// Stops every part and removes the stack file and lock. Idempotent.
+    /// Stops every part, removes the stack file and releases the lock. Idempotent.
     pub fn stop(&mut self) {
         // The stack file goes first: from here on nothing should use it.
         let _ = fs::remove_file(&self.stack_file);
@@ -535,7 +537,6 @@ impl Stack {
         if let Some(mut functions) = self.functions.take() {
             functions.stop(STOP_GRACE);
         }
-        drop(self.standin.take());
         if let Some(mut web) = self.web.take() {
             web.stop(STOP_GRACE);
         }
@@ -552,7 +553,7 @@ impl Drop for Stack {
     }
 }
 
-impl Info {
+impl StackFile {
     /// `export` lines for the README's examples: `SESSION_URL`, `TRANSFER_URL`, `TOKEN`,
     /// `FROM`, `TO`, `INTERNAL_TOKEN` and `TOLLGATE_STACK_FILE` (which the CLI reads).
     fn to_shell(&self, stack_file: &Path) -> String {
@@ -574,77 +575,18 @@ impl Info {
         }
         out
     }
-
-    fn to_json(&self) -> Value {
-        json::object([
-            ("ephemeral_key_url", json::string(&self.ephemeral_key_url)),
-            ("transfer_url", json::string(&self.transfer_url)),
-            ("dynamodb_endpoint", json::string(&self.dynamodb_endpoint)),
-            ("openai_stand_in", Value::Bool(self.openai_stand_in)),
-            (
-                "internal_token",
-                self.internal_token
-                    .as_deref()
-                    .map_or(Value::Null, json::string),
-            ),
-            ("demo", self.demo.to_json()),
-            (
-                "web_url",
-                self.web
-                    .as_ref()
-                    .map_or(Value::Null, |w| json::string(&w.web_url)),
-            ),
-            (
-                "web",
-                self.web.as_ref().map_or(Value::Null, |w| {
-                    json::object([
-                        ("second_url", json::string(&w.second_url)),
-                        ("realtime_url", json::string(&w.realtime_url)),
-                    ])
-                }),
-            ),
-        ])
-    }
 }
-
-impl Demo {
-    fn to_json(&self) -> Value {
-        json::object([
-            ("client_id", json::string(&self.client_id)),
-            ("token", json::string(&self.token)),
-            (
-                "accounts",
-                Value::Array(self.accounts.iter().map(json::string).collect()),
-            ),
-        ])
-    }
-
-    fn from_json(v: &Value) -> Option<Demo> {
-        Some(Demo {
-            client_id: v.str_field("client_id")?.to_string(),
-            token: v.str_field("token")?.to_string(),
-            accounts: v
-                .get("accounts")?
-                .as_array()?
-                .iter()
-                .map(|a| a.as_str().map(str::to_string))
-                .collect::<Option<Vec<_>>>()?,
-        })
-    }
-}
-
-/// How long the dev server gets to answer.
-const WEB_READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Starts `web/dev/server.cjs` on free ports: the page with `/api` proxied to the functions at
 /// `invoke_port`, the page again on a second origin, and the OpenAI stand-in (used unless
-/// `real_openai`). Returns once the page answers.
+/// `real_openai`). Returns once the page answers, with its URLs written into `info`.
 fn start_web(
     tools: &Tools,
     invoke_port: u16,
     real_openai: bool,
     logs: &Path,
-) -> Result<(processes::Tree, WebInfo)> {
+    info: &mut StackFile,
+) -> Result<processes::Tree> {
     let (page, second, realtime) = (util::free_port()?, util::free_port()?, util::free_port()?);
     let log_path = logs.join("web.log");
     let log = fs::File::create(&log_path)?;
@@ -672,7 +614,8 @@ fn start_web(
             )
             .into());
         }
-        if http::request("GET", &control, &[], "", PROBE_TIMEOUT).is_ok_and(|r| r.status == 200) {
+        let answer = util::request("GET", &control, &[], None, PROBE_TIMEOUT);
+        if answer.is_ok_and(|r| r.status == 200) {
             break;
         }
         if Instant::now() > deadline {
@@ -682,39 +625,26 @@ fn start_web(
             )
             .into());
         }
-        std::thread::sleep(Duration::from_millis(100));
+        sleep(Duration::from_millis(100));
     }
-    let realtime_url = match real_openai {
-        true => "https://api.openai.com".to_string(),
-        false => format!("http://127.0.0.1:{realtime}"),
+    let (realtime_url, query) = match real_openai {
+        true => ("https://api.openai.com".to_string(), String::new()),
+        false => {
+            let url = format!("http://127.0.0.1:{realtime}");
+            (url.clone(), format!("?realtime={url}"))
+        }
     };
-    let query = match real_openai {
-        true => String::new(),
-        false => format!("?realtime={realtime_url}"),
-    };
-    let web = WebInfo {
-        web_url: format!("http://127.0.0.1:{page}/{query}"),
+    info.web_url = format!("http://127.0.0.1:{page}/{query}");
+    info.web = Web {
         second_url: format!("http://127.0.0.1:{second}/"),
         realtime_url,
     };
-    info(format!(
+    crate::util::info(format!(
         "page at {} (log: {})",
-        web.web_url,
+        info.web_url,
         log_path.display()
     ));
-    Ok((tree, web))
-}
-
-/// A line of the functions' log that means waiting longer is pointless.
-fn fatal_log_line(log: &Path) -> Option<String> {
-    let text = fs::read_to_string(log).ok()?;
-    text.lines()
-        .find(|line| {
-            line.contains("bad configuration")
-                || line.contains("error: could not compile")
-                || line.contains("Address already in use")
-        })
-        .map(|line| line.trim().to_string())
+    Ok(tree)
 }
 
 /// `cargo build -p tollgate-cli`; returns the binary's path.
@@ -723,35 +653,17 @@ pub fn build_cli() -> Result<PathBuf> {
     Ok(bins.remove(0))
 }
 
-/// What gives a CLI run its environment: the stack's [`Env`], or a caller's closure
-/// (`cargo xtask bench` seeds its own DynamoDB Local).
-pub trait CliEnv {
-    fn apply(&self, cmd: &mut Command);
-}
-
-impl CliEnv for Env {
-    fn apply(&self, cmd: &mut Command) {
-        Env::apply(self, cmd)
-    }
-}
-
-impl<F: Fn(&mut Command)> CliEnv for F {
-    fn apply(&self, cmd: &mut Command) {
-        self(cmd)
-    }
-}
-
 /// Runs the CLI with `env` from the workspace root;
 /// returns its stdout, or an error with its stderr.
 pub fn run_cli(
     cli: &Path,
-    env: &impl CliEnv,
+    env: &dyn Fn(&mut Command),
     args: &[&str],
     more: &[&std::ffi::OsStr],
 ) -> Result<String> {
     let mut cmd = Command::new(cli);
     cmd.args(args).args(more);
-    env.apply(&mut cmd);
+    env(&mut cmd);
     cmd.current_dir(util::workspace_root()).stdin(Stdio::null());
     let out = cmd
         .output()
@@ -768,18 +680,28 @@ pub fn run_cli(
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `tollgate --json <args>` parsed.
-pub fn cli_json(cli: &Path, env: &impl CliEnv, args: &[&str]) -> Result<Value> {
+/// `tollgate --json <args>`, its one JSON object read as a `T`.
+pub fn cli_json<T: DeserializeOwned>(
+    cli: &Path,
+    env: &dyn Fn(&mut Command),
+    args: &[&str],
+) -> Result<T> {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
     let out = run_cli(cli, env, &all, &[])?;
-    json::parse(out.trim())
-        .map_err(|e| format!("`tollgate {}` printed no JSON ({e}): {out}", args.join(" ")).into())
+    serde_json::from_str(out.trim()).map_err(|e| {
+        format!(
+            "`tollgate {}` printed no JSON of the expected shape ({e}): {out}",
+            args.join(" ")
+        )
+        .into()
+    })
 }
 
 /// The demo client and accounts: reused from a persistent database when
 /// they are still there, else created.
 fn demo(cli: &Path, env: &Env, storage: &Storage) -> Result<Demo> {
+    let env = &|cmd: &mut Command| env.apply(cmd);
     let saved = match storage {
         Storage::Dir(dir) => Some(dir.join(DEMO_FILE)),
         Storage::InMemory => None,
@@ -790,56 +712,58 @@ fn demo(cli: &Path, env: &Env, storage: &Storage) -> Result<Demo> {
             return Ok(demo);
         }
     }
-    let client = cli_json(cli, env, &["clients", "create", "--name", DEMO_CLIENT_NAME])?;
-    let field = |v: &Value, key: &str| -> Result<String> {
-        v.str_field(key)
-            .map(str::to_string)
-            .ok_or_else(|| format!("the CLI's answer has no `{key}`: {}", json::compact(v)).into())
-    };
-    let client_id = field(&client, "client_id")?;
-    let token = field(&client, "token")?;
+    let client: NewClient = cli_json(cli, env, &["clients", "create", "--name", DEMO_CLIENT_NAME])?;
     let mut accounts = Vec::new();
     for balance in DEMO_BALANCES {
-        let account = cli_json(
-            cli,
-            env,
-            &[
-                "accounts",
-                "create",
-                "--client",
-                &client_id,
-                "--balance",
-                &balance.to_string(),
-                "--currency",
-                DEMO_CURRENCY,
-            ],
-        )?;
-        accounts.push(field(&account, "account_id")?);
+        let balance = balance.to_string();
+        let args = [
+            "accounts",
+            "create",
+            "--client",
+            &client.client_id,
+            "--balance",
+            &balance,
+            "--currency",
+            DEMO_CURRENCY,
+        ];
+        accounts.push(cli_json::<Account>(cli, env, &args)?.account_id);
     }
     let demo = Demo {
-        client_id,
-        token,
+        client_id: client.client_id,
+        token: client.token,
         accounts,
     };
     if let Some(path) = &saved {
-        write_private(path, &json::pretty(&demo.to_json()))?;
+        write_private(path, &serde_json::to_string_pretty(&demo)?)?;
     }
     Ok(demo)
 }
 
 /// A saved demo whose accounts still exist with the same owner.
-fn saved_demo(cli: &Path, env: &Env, path: &Path) -> Option<Demo> {
-    let demo = Demo::from_json(&json::parse(&fs::read_to_string(path).ok()?).ok()?)?;
+fn saved_demo(cli: &Path, env: &dyn Fn(&mut Command), path: &Path) -> Option<Demo> {
+    let demo: Demo = serde_json::from_str(&fs::read_to_string(path).ok()?).ok()?;
     if demo.accounts.len() != DEMO_BALANCES.len() {
         return None;
     }
     for account in &demo.accounts {
-        let shown = cli_json(cli, env, &["accounts", "show", account]).ok()?;
-        if shown.str_field("client_id") != Some(&demo.client_id) {
+        let shown: Account = cli_json(cli, env, &["accounts", "show", account]).ok()?;
+        if shown.client_id.as_deref() != Some(&demo.client_id) {
             return None;
         }
     }
     Some(demo)
+}
+
+/// A line of the functions' log that means waiting longer is pointless.
+fn fatal_log_line(log: &Path) -> Option<String> {
+    let text = fs::read_to_string(log).ok()?;
+    text.lines()
+        .find(|line| {
+            line.contains("bad configuration")
+                || line.contains("error: could not compile")
+                || line.contains("Address already in use")
+        })
+        .map(|line| line.trim().to_string())
 }
 
 /// Writes a file only the owner can read (it holds tokens), atomically, so
@@ -862,19 +786,13 @@ fn write_private(path: &Path, text: &str) -> Result {
 
 /// The environment for the CLI and the functions: the user's, plus the
 /// stack's wiring and dev defaults for what the user left unset.
+#[derive(Default)]
 struct Env {
     set: Vec<(String, String)>,
     remove: Vec<&'static str>,
 }
 
 impl Env {
-    fn new() -> Env {
-        Env {
-            set: Vec::new(),
-            remove: Vec::new(),
-        }
-    }
-
     /// Whether the user set `key` (empty counts as unset, as the functions
     /// read it).
     fn user_has(&self, key: &str) -> bool {
@@ -949,29 +867,25 @@ impl Echo {
     fn start(log: &Path) -> Result<Echo> {
         let mut file = fs::File::open(log)?;
         file.seek(SeekFrom::End(0))?;
+        let mut reader = BufReader::new(file);
         let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = stop.clone();
-            thread::Builder::new()
-                .name("log-echo".into())
-                .spawn(move || {
-                    let mut pending = Vec::new();
-                    let mut buf = [0u8; 8192];
-                    while !stop.load(Ordering::SeqCst) {
-                        match file.read(&mut buf) {
-                            Ok(0) | Err(_) => sleep(Duration::from_millis(200)),
-                            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        let stopped = stop.clone();
+        let thread = thread::spawn(move || {
+            // A line is shown once it is whole; a half-written one waits for its end.
+            let mut line = Vec::new();
+            while !stopped.load(Ordering::SeqCst) {
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(_) if line.ends_with(b"\n") => {
+                        if let Some(shown) = echo_worthy(String::from_utf8_lossy(&line).trim_end())
+                        {
+                            eprintln!("{shown}");
                         }
-                        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-                            let line: Vec<u8> = pending.drain(..=end).collect();
-                            let line = String::from_utf8_lossy(&line);
-                            if let Some(line) = echo_worthy(line.trim_end()) {
-                                eprintln!("{line}");
-                            }
-                        }
+                        line.clear();
                     }
-                })?
-        };
+                    _ => sleep(Duration::from_millis(200)),
+                }
+            }
+        });
         Ok(Echo {
             stop,
             thread: Some(thread),
@@ -1015,169 +929,90 @@ impl Drop for Echo {
     }
 }
 
-/// Quotes a value for a POSIX shell.
+/// Quotes a value for a POSIX shell (`shlex`); the values quoted here (URLs, tokens, ids,
+/// headers) never hold the one thing it refuses, a NUL byte.
 pub fn sh(value: &str) -> String {
-    if !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./:@=,".contains(&b))
-    {
-        value.to_string()
-    } else {
-        format!("'{}'", value.replace('\'', r"'\''"))
-    }
+    shlex::try_quote(value)
+        .expect("a value to quote holds no NUL byte")
+        .into_owned()
 }
 
-/// The ready-to-paste commands.
-fn banner(info: &Info, stack_file: &Path, functions_log: &Path) -> String {
-    let ek = &info.ephemeral_key_url;
-    let tr = &info.transfer_url;
-    let demo = &info.demo;
-    let (from, to) = (&demo.accounts[0], &demo.accounts[1]);
+/// The ready-to-paste commands: [`BANNER`] with its `{{name}}`s filled in.
+fn banner(info: &StackFile, stack_file: &Path, functions_log: &Path) -> String {
+    let (ek, demo) = (&info.ephemeral_key_url, &info.demo);
     let auth = sh(&format!("Authorization: Bearer {}", demo.token));
     let key = sh(&format!("Idempotency-Key: demo-{}", util::unix_now()));
-    let transfer_body = sh(&format!(
-        r#"{{"from":"{from}","to":"{to}","amount":2500,"memo":"demo"}}"#
-    ));
+    let body = serde_json::json!({"from": demo.accounts[0], "to": demo.accounts[1], "amount": 2500, "memo": "demo"});
     let transfer = format!(
-        "curl -sS -i -X POST {tr}/transfers -H {auth} -H {key} -H 'Content-Type: application/json' -d {transfer_body}"
+        "curl -sS -i -X POST {}/transfers -H {auth} -H {key} -H 'Content-Type: application/json' -d {}",
+        info.transfer_url,
+        sh(&body.to_string())
     );
-    let secrets = if info.openai_stand_in {
-        "FAKE secrets from the local OpenAI stand-in"
-    } else {
-        "REAL secrets from OpenAI, billed to your key"
-    };
-    let mut out = String::new();
-    let mut line = |s: String| {
-        out.push_str(&s);
-        out.push('\n');
-    };
-    line(String::new());
-    line("Tollgate dev stack is ready.".into());
-    if let Some(web) = &info.web {
-        line(String::new());
-        line(format!(
-            "# the voice demo page, same-origin with the API under /api ({})",
-            match info.openai_stand_in {
-                true => "its calls end at the local stand-in, which echoes your microphone",
-                false => "real Realtime calls, billed",
-            }
-        ));
-        line(format!("open {}", web.web_url));
-    }
-    line(String::new());
-    line("Paste any of these:".into());
-    line(String::new());
-    line(format!("# mint a client secret ({secrets})"));
-    line(format!(
-        "curl -sS -X POST {ek}/session -H 'Content-Type: application/json' -d '{{}}'"
-    ));
-    line(String::new());
-    line(format!(
-        "# move 2500 {DEMO_CURRENCY} from the demo payer to the payee: 201"
-    ));
-    line(transfer.clone());
-    line(
-        "# the same request again: replayed, not repeated (Idempotent-Replayed: true, same body)"
-            .into(),
-    );
-    line(transfer);
-    line(String::new());
-    line("# the payer's balance".into());
-    line(format!("curl -sS {tr}/accounts/{from} -H {auth}"));
-    line(String::new());
-    line("# kill switch: POST /session gets 403 service_disabled (applies within KILL_SWITCH_CACHE_SECONDS)".into());
-    line("cargo run -q -p tollgate-cli -- kill-switch on --function ephemeral-key --message 'Back in 5 minutes'".into());
-    line("cargo run -q -p tollgate-cli -- kill-switch off --function ephemeral-key".into());
-    if let Some(token) = &info.internal_token {
-        line("# or through the API, with the internal token".into());
-        line(format!(
-            "curl -sS -X PUT {ek}/internal/kill-switch -H {} -H 'Content-Type: application/json' -d '{{\"function\":\"ephemeral-key\",\"enabled\":false}}'",
+    let kill_switch_api = match &info.internal_token {
+        Some(token) => format!(
+            "# or through the API, with the internal token\ncurl -sS -X PUT {ek}/internal/kill-switch -H {} -H 'Content-Type: application/json' -d '{{\"function\":\"ephemeral-key\",\"enabled\":false}}'\n",
             sh(&format!("X-Internal-Token: {token}"))
-        ));
-    }
-    line(String::new());
-    line(format!("ephemeral-key:  {ek}"));
-    line(format!("transfer:       {tr}"));
-    line(format!("DynamoDB Local: {}", info.dynamodb_endpoint));
-    match &info.internal_token {
-        Some(token) => line(format!("INTERNAL_TOKEN: {token}")),
-        None => line("INTERNAL_TOKEN: from SSM (INTERNAL_TOKEN_PARAM)".into()),
-    }
-    line(format!("demo token:     {}", demo.token));
-    line(format!("stack file:     {}", stack_file.display()));
-    line(format!(
-        "shell:          source {}   # the README's examples use these variables",
-        env_file(stack_file).display()
-    ));
-    line(format!(
-        "function logs:  {} (also shown below)",
-        functions_log.display()
-    ));
-    line("POST /session allows 10 per hour per address by default (SESSION_RATE_LIMITS), and every local request comes from 127.0.0.1.".into());
-    line("Ctrl-C stops everything.".into());
-    out
+        ),
+        None => String::new(),
+    };
+    let (page_calls, secrets) = match info.openai_stand_in {
+        true => (
+            "its calls end at the local stand-in, which echoes your microphone",
+            "FAKE secrets from the local OpenAI stand-in",
+        ),
+        false => (
+            "real Realtime calls, billed",
+            "REAL secrets from OpenAI, billed to your key",
+        ),
+    };
+    let values = [
+        ("page_calls", page_calls.to_string()),
+        ("web_url", info.web_url.clone()),
+        ("secrets", secrets.to_string()),
+        ("ek", ek.clone()),
+        ("tr", info.transfer_url.clone()),
+        ("currency", DEMO_CURRENCY.to_string()),
+        ("transfer", transfer),
+        ("from", demo.accounts[0].clone()),
+        ("auth", auth),
+        ("kill_switch_api", kill_switch_api),
+        ("dynamodb", info.dynamodb_endpoint.clone()),
+        (
+            "internal_token",
+            info.internal_token
+                .clone()
+                .unwrap_or_else(|| "from SSM (INTERNAL_TOKEN_PARAM)".into()),
+        ),
+        ("token", demo.token.clone()),
+        ("stack_file", stack_file.display().to_string()),
+        ("env_file", env_file(stack_file).display().to_string()),
+        ("functions_log", functions_log.display().to_string()),
+    ];
+    values
+        .iter()
+        .fold(BANNER.to_string(), |text, (name, value)| {
+            text.replace(&format!("{{{{{name}}}}}"), value)
+        })
 }
 
-const USAGE: &str = "\
-Usage: cargo xtask dev [--persist <dir>] [--port <port>] [--no-reload]
-
-Runs the whole stack locally until Ctrl-C: DynamoDB Local, the tables of
-template.yaml, a demo client with two accounts, a local OpenAI stand-in (when
-OPENAI_API_KEY is unset) and both functions under `cargo lambda watch`.
-Writes .dev/stack.json and prints curl lines once everything answers.
-
-Options:
-  --persist <dir>  keep DynamoDB's data (and the demo credentials) in <dir>
-                   across restarts; default: in memory
-  --port <port>    port of the functions' URLs; default: a free one
-  --no-reload      do not rebuild and restart functions on code changes
-
-Variables you set (RUST_LOG, INTERNAL_TOKEN, OPENAI_API_KEY, OPENAI_BASE_URL,
-table names, limits, ...) reach both functions unchanged.";
-
 /// `cargo xtask dev`.
-pub fn run(args: &[String]) -> Result {
-    let mut storage = Storage::InMemory;
-    let mut invoke_port = None;
-    let mut reload = true;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--persist" => storage = Storage::Dir(args.next().ok_or(USAGE)?.into()),
-            "--port" => {
-                let value = args.next().ok_or(USAGE)?;
-                invoke_port = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("invalid port `{value}`\n{USAGE}"))?,
-                );
-            }
-            "--no-reload" => reload = false,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            _ => return Err(format!("unexpected argument `{arg}`\n{USAGE}").into()),
-        }
-    }
-    if let Storage::Dir(dir) = &storage {
-        storage = Storage::Dir(std::path::absolute(dir)?);
-    }
-    if let Storage::Dir(dir) = &storage {
-        if reload {
-            warn_if_watched(dir);
-        }
+pub fn run(args: Args) -> Result {
+    let storage = match args.persist {
+        Some(dir) => Storage::Dir(std::path::absolute(dir)?),
+        None => Storage::InMemory,
+    };
+    let reload = !args.no_reload;
+    if let (Storage::Dir(dir), true) = (&storage, reload) {
+        warn_if_watched(dir);
     }
     let started = Instant::now();
     let opts = Options {
         state_dir: util::workspace_root().join(".dev"),
         storage,
-        invoke_port,
+        invoke_port: args.port,
         reload,
         interactive: true,
         hooks: Hooks::default(),
-        web: true,
     };
     // Refuse a second start before spending time on setup.
     let lock = lock(&opts.state_dir)?;
@@ -1207,7 +1042,7 @@ pub fn run(args: &[String]) -> Result {
     stack.stop();
     let left = processes::leftovers();
     if left.is_empty() {
-        info("everything stopped; stack file and lock removed");
+        info("everything stopped; stack file removed, lock released");
     } else {
         info(format!("still running: {left:?}"));
     }
@@ -1247,7 +1082,7 @@ mod tests {
     fn shell_quoting() {
         assert_eq!(sh("http://127.0.0.1:9/x"), "http://127.0.0.1:9/x");
         assert_eq!(sh("a b"), "'a b'");
-        assert_eq!(sh("it's"), r"'it'\''s'");
+        assert_eq!(sh("it's"), r#""it's""#);
         assert_eq!(sh(""), "''");
     }
 
@@ -1265,14 +1100,44 @@ mod tests {
     }
 
     #[test]
-    fn demo_round_trips() {
-        let demo = Demo {
-            client_id: "cl_1".into(),
-            token: "tok".into(),
-            accounts: vec!["acc_1".into(), "acc_2".into()],
+    fn banner_fills_every_value() {
+        let info = StackFile {
+            ephemeral_key_url: "http://127.0.0.1:9/lambda-url/ephemeral-key".into(),
+            transfer_url: "http://127.0.0.1:9/lambda-url/transfer".into(),
+            internal_token: Some("dev-1".into()),
+            demo: Demo {
+                client_id: "cl_1".into(),
+                token: "tok en".into(),
+                accounts: vec!["acc_1".into(), "acc_2".into()],
+            },
+            ..StackFile::default()
         };
-        let back = Demo::from_json(&json::parse(&json::pretty(&demo.to_json())).unwrap()).unwrap();
-        assert_eq!(back.accounts, demo.accounts);
-        assert_eq!(back.token, "tok");
+        let text = banner(&info, Path::new("/s/stack.json"), Path::new("/l"));
+        assert!(!text.contains("{{"), "{text}");
+        assert!(text.contains("-H 'Authorization: Bearer tok en'"), "{text}");
+        assert!(
+            text.contains(r#"-d '{"amount":2500,"from":"acc_1","memo":"demo","to":"acc_2"}'"#),
+            "{text}"
+        );
+        assert!(text.contains("-H 'X-Internal-Token: dev-1'"), "{text}");
+        assert!(text.contains("source /s/env "), "{text}");
+    }
+
+    #[test]
+    fn stack_file_has_the_contract_fields() {
+        let v = serde_json::to_value(StackFile::default()).unwrap();
+        for key in [
+            "ephemeral_key_url",
+            "transfer_url",
+            "web_url",
+            "dynamodb_endpoint",
+            "demo",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing from {v}");
+        }
+        assert!(
+            v["web"]["second_url"].is_string() && v["demo"]["accounts"].is_array(),
+            "{v}"
+        );
     }
 }

@@ -3,15 +3,14 @@
 //!
 //! DynamoDB Local is started straight from its jar with `java` (no Docker,
 //! no Node wrapper) on a port of our choosing, reached as 127.0.0.1, and is
-//! owned by a [`DynamoDbLocal`] guard that stops it when dropped. `test` uses
-//! it in memory on a random port; a later `dev` command can reuse [`start`]
-//! with [`Storage::Dir`] and a fixed port.
+//! owned by a [`DynamoDbLocal`] guard (a [`processes::Tree`]) that stops it
+//! when dropped. `test` uses it in memory on a random port; `dev` with
+//! `--persist` keeps its tables in a directory ([`Storage::Dir`]). Readiness
+//! is a `ListTables` request through `ureq`.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -101,7 +100,7 @@ pub struct DynamoDbLocal {
     pub port: u16,
     /// Java's stdout and stderr.
     pub log: PathBuf,
-    child: Child,
+    java: processes::Tree,
 }
 
 /// Starts DynamoDB Local and waits until it serves requests.
@@ -193,15 +192,11 @@ fn spawn(dist: &Dist, storage: &Storage, port: u16, log: &Path) -> Result<Dynamo
     // Its own process group, so the terminal's Ctrl-C reaches xtask only and
     // xtask stops things in order (functions before their database); and a
     // SIGTERM from the kernel should xtask die without stopping it.
-    processes::isolate(&mut cmd);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("could not start `{}`: {e}", util::display(&cmd)))?;
     Ok(DynamoDbLocal {
         endpoint: format!("http://127.0.0.1:{port}"),
         port,
         log: log.to_path_buf(),
-        child,
+        java: processes::spawn("DynamoDB Local", &mut cmd)?,
     })
 }
 
@@ -233,7 +228,7 @@ impl DynamoDbLocal {
     fn wait_ready(&mut self) -> std::result::Result<(), Failure> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.java.try_wait() {
                 return Err(Failure::Exited(status));
             }
             if signal::received() {
@@ -251,25 +246,13 @@ impl DynamoDbLocal {
 
     /// `Some(status)` once the process has exited on its own.
     pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
-        Ok(self.child.try_wait()?)
+        self.java.try_wait()
     }
 
-    /// Stops the process and waits for it. Idempotent; also done on drop.
+    /// Stops the process (SIGTERM first, so Java runs its shutdown hooks, which matters for an
+    /// on-disk database) and waits for it. Idempotent; also done on drop.
     pub fn stop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return; // already exited (and reaped)
-        }
-        if signal::terminate(self.child.id()) {
-            let deadline = Instant::now() + STOP_TIMEOUT;
-            while Instant::now() < deadline {
-                if !matches!(self.child.try_wait(), Ok(None)) {
-                    return;
-                }
-                sleep(Duration::from_millis(50));
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.java.stop(STOP_TIMEOUT);
     }
 }
 
@@ -283,58 +266,31 @@ impl Drop for DynamoDbLocal {
 /// DynamoDB Local checks that the `Authorization` header is present and
 /// parseable, not the signature.
 fn list_tables_ok(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
-        return false;
-    };
-    let timeout = Some(Duration::from_secs(2));
-    if stream.set_read_timeout(timeout).is_err() || stream.set_write_timeout(timeout).is_err() {
-        return false;
-    }
-    let body = "{}";
-    let request = format!(
-        "POST / HTTP/1.1\r\n\
-         Host: 127.0.0.1:{port}\r\n\
-         Content-Type: application/x-amz-json-1.0\r\n\
-         X-Amz-Target: DynamoDB_20120810.ListTables\r\n\
-         Authorization: AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=x\r\n\
-         Content-Length: {}\r\n\
-         Connection: close\r\n\
-         \r\n\
-         {body}",
-        body.len()
-    );
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut status_line = Vec::new();
-    let _ = stream.take(12).read_to_end(&mut status_line);
-    status_line.starts_with(b"HTTP/1.1 200")
+    let headers = [
+        ("Content-Type", "application/x-amz-json-1.0"),
+        ("X-Amz-Target", "DynamoDB_20120810.ListTables"),
+        ("Authorization", "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=x"),
+    ];
+    let url = format!("http://127.0.0.1:{port}/");
+    util::request("POST", &url, &headers, Some("{}"), Duration::from_secs(2))
+        .is_ok_and(|answer| answer.status == 200)
 }
 
-const USAGE: &str = "Usage: cargo xtask dynamodb [--port <port>] [--db-path <dir>]";
+/// `cargo xtask dynamodb`: DynamoDB Local for manual work, until Ctrl-C or SIGTERM; prints
+/// `DYNAMODB_ENDPOINT=http://127.0.0.1:<port>` on stdout once it answers.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Port to listen on [default: a free one]
+    #[arg(long)]
+    port: Option<u16>,
+    /// Keep the tables in DIR (SQLite) [default: in memory]
+    #[arg(long, value_name = "DIR")]
+    db_path: Option<PathBuf>,
+}
 
-/// `cargo xtask dynamodb`: runs DynamoDB Local for manual work until Ctrl-C
-/// or SIGTERM, printing `DYNAMODB_ENDPOINT=...` on stdout once it answers.
-pub fn run(args: &[String]) -> Result {
-    let mut port = None;
-    let mut storage = Storage::InMemory;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--port" => {
-                let value = args.next().ok_or(USAGE)?;
-                port = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("invalid port `{value}`"))?,
-                );
-            }
-            "--db-path" => storage = Storage::Dir(args.next().ok_or(USAGE)?.into()),
-            _ => return Err(format!("unexpected argument `{arg}`\n{USAGE}").into()),
-        }
-    }
-
+pub fn run(args: Args) -> Result {
+    let port = args.port;
+    let storage = args.db_path.map_or(Storage::InMemory, Storage::Dir);
     step("setup");
     let dist = setup::dynamodb_local()?;
     step("dynamodb-local");

@@ -1,93 +1,9 @@
-//! A minimal HTTP/1.1 client and request parser over std `TcpStream`, for
-//! readiness probes and the OpenAI stand-in. Plain HTTP to 127.0.0.1 only:
-//! everything the dev stack runs is local.
+//! A minimal HTTP/1.1 request parser for the bench's runtime-API emulator and its OpenAI
+//! stand-in (both moving to `stress/`, on hyper). xtask's own probes use `ureq`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::io::BufRead;
 
 use crate::util::Result;
-
-/// An HTTP answer.
-#[derive(Debug)]
-pub struct Response {
-    pub status: u16,
-    /// Names lower-cased.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        header(&self.headers, name)
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// Sends one request to `url` (`http://host:port/path`) and reads the whole
-/// answer, with `timeout` for connecting and for each read.
-pub fn request(
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-    timeout: Duration,
-) -> Result<Response> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("only http:// URLs are supported, got {url}"))?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let addr: SocketAddr = authority
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| format!("cannot resolve {authority}"))?;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let mut head =
-        format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !body.is_empty() || matches!(method, "POST" | "PUT") {
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    read_response(BufReader::new(stream))
-}
-
-fn read_response(mut reader: impl BufRead) -> Result<Response> {
-    let mut status_line = String::new();
-    reader.read_line(&mut status_line)?;
-    let status = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("not an HTTP response: {:?}", status_line.trim()))?;
-    let headers = read_headers(&mut reader)?;
-    // Without a length the answer runs to the end of the connection (`Connection: close`).
-    let body = match read_body(&mut reader, &headers, usize::MAX)? {
-        Some(body) => body,
-        None => {
-            let mut body = Vec::new();
-            reader.read_to_end(&mut body)?;
-            body
-        }
-    };
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
-}
 
 /// Header lines up to the blank line; names lower-cased.
 pub fn read_headers(reader: &mut impl BufRead) -> Result<Vec<(String, String)>> {
@@ -172,19 +88,6 @@ fn read_chunked(reader: &mut impl BufRead, max: usize) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_length_and_chunked_bodies() {
-        let raw = b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-A: b\r\n\r\nhello";
-        let r = read_response(&raw[..]).unwrap();
-        assert_eq!(
-            (r.status, r.header("x-a"), r.text().as_str()),
-            (201, Some("b"), "hello")
-        );
-
-        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-        assert_eq!(read_response(&raw[..]).unwrap().text(), "abcde");
-    }
 
     #[test]
     fn read_body_refuses_more_than_its_limit_in_either_framing() {

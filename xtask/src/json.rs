@@ -1,8 +1,7 @@
-//! Just enough JSON for xtask: parse what the CLI, cargo and the functions
-//! print, and write `.dev/stack.json`.
+//! Just enough JSON for `cargo xtask bench` (moving to `stress/`, which uses serde_json; the
+//! rest of xtask does already): parse what the functions print, and write the bench's files.
 //!
-//! A small hand-written parser rather than serde_json, because xtask stays
-//! dependency-free (it must build in seconds, before anything else). It
+//! A small hand-written parser from when xtask had no dependencies. It
 //! accepts standard JSON (RFC 8259) and keeps numbers as their text, which is
 //! all the callers need: they read ids, tokens and small integers.
 
@@ -272,51 +271,6 @@ pub fn quote(s: &str) -> String {
     out
 }
 
-/// Writes `value` as pretty-printed JSON (two-space indent), the way a
-/// person reading `.dev/stack.json` would want it.
-pub fn pretty(value: &Value) -> String {
-    let mut out = String::new();
-    write_pretty(&mut out, value, 0);
-    out.push('\n');
-    out
-}
-
-fn write_pretty(out: &mut String, value: &Value, indent: usize) {
-    let pad = |n: usize| "  ".repeat(n);
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(n),
-        Value::String(s) => out.push_str(&quote(s)),
-        Value::Array(items) if items.is_empty() => out.push_str("[]"),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                out.push_str(if i == 0 { "\n" } else { ",\n" });
-                out.push_str(&pad(indent + 1));
-                write_pretty(out, item, indent + 1);
-            }
-            out.push('\n');
-            out.push_str(&pad(indent));
-            out.push(']');
-        }
-        Value::Object(members) if members.is_empty() => out.push_str("{}"),
-        Value::Object(members) => {
-            out.push('{');
-            for (i, (key, item)) in members.iter().enumerate() {
-                out.push_str(if i == 0 { "\n" } else { ",\n" });
-                out.push_str(&pad(indent + 1));
-                out.push_str(&quote(key));
-                out.push_str(": ");
-                write_pretty(out, item, indent + 1);
-            }
-            out.push('\n');
-            out.push_str(&pad(indent));
-            out.push('}');
-        }
-    }
-}
-
 /// Writes `value` as compact JSON (one line).
 pub fn compact(value: &Value) -> String {
     match value {
@@ -384,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn pretty_output_parses_back() {
+    fn compact_output_parses_back() {
         let v = object([
             ("url", string("http://127.0.0.1:1/a\"b")),
             ("ids", Value::Array(vec![string("x"), string("y")])),
@@ -392,7 +346,6 @@ mod tests {
             ("flag", Value::Bool(false)),
             ("ctl", string("\u{1}")),
         ]);
-        assert_eq!(parse(&pretty(&v)).unwrap(), v);
         assert_eq!(parse(&compact(&v)).unwrap(), v);
     }
 }

@@ -1,119 +1,68 @@
 //! One `cargo xtask dev` per state directory.
 //!
-//! Two stacks writing the same `.dev/stack.json` would each point tools at
-//! the other's ports, so a second start is refused while the first runs. The
-//! lock is a file holding the owner's pid, created with `O_EXCL`. A lock
-//! whose pid is gone (the owner was SIGKILLed, the machine rebooted) is
-//! stale and taken over, so a crash never needs manual cleanup. A live pid
-//! counts only if it still is an xtask, in case the pid was reused.
+//! Two stacks writing the same `.dev/stack.json` would each point tools at the other's ports,
+//! so a second start is refused while the first runs. The lock is an exclusive `flock` on
+//! `dev.lock`: the kernel releases it when its holder exits, however it exits (SIGKILL, a
+//! crash), so there is no stale lock to detect or take over. The file stays; it holds the
+//! holder's pid only for the message a second start prints.
 
-use std::fs::{self, OpenOptions};
-use std::io::{ErrorKind, Write};
-use std::path::{Path, PathBuf};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
 
-use crate::processes;
-use crate::util::{info, Result};
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 
-/// Holds the lock until dropped.
+use crate::util::Result;
+
+/// Holds the lock until dropped (or until the process ends).
 #[derive(Debug)]
 pub struct Lock {
-    path: PathBuf,
-}
-
-/// What happened to a previous lock holder.
-#[derive(Debug)]
-pub enum Previous {
-    /// No lock file: a clean start.
-    None,
-    /// A stale lock of this pid was taken over; its files may be left over.
-    #[allow(dead_code)] // read by tests; callers only need to know it was stale
-    Stale(u32),
+    _file: Flock<File>,
 }
 
 impl Lock {
-    /// Takes the lock at `path`, or explains who holds it. `what` names the
-    /// command for the message, e.g. "`cargo xtask dev`".
-    pub fn acquire(path: &Path, what: &str) -> Result<(Lock, Previous)> {
+    /// Takes the lock at `path`, or explains who holds it. `what` names the command for the
+    /// message, e.g. "`cargo xtask dev`".
+    pub fn acquire(path: &Path, what: &str) -> Result<Lock> {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
         }
-        let mut previous = Previous::None;
-        // Two rounds: the second one after removing a stale lock. Should a
-        // concurrent start win the race in between, it holds the lock now.
-        for _ in 0..2 {
-            match OpenOptions::new().write(true).create_new(true).open(path) {
-                Ok(mut file) => {
-                    writeln!(file, "{}", std::process::id())?;
-                    return Ok((
-                        Lock {
-                            path: path.to_path_buf(),
-                        },
-                        previous,
-                    ));
-                }
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    let text = fs::read_to_string(path).unwrap_or_default();
-                    let owner: Option<u32> = text.trim().parse().ok();
-                    match owner {
-                        Some(pid) if holder_alive(pid) => {
-                            return Err(format!(
-                                "{what} is already running (pid {pid}, lock {}): use that one, or stop it with Ctrl-C in its terminal or `kill {pid}` and start again.",
-                                path.display()
-                            )
-                            .into());
-                        }
-                        _ => {
-                            info(format!(
-                                "taking over a stale lock {} (pid {} is gone)",
-                                path.display(),
-                                owner.map_or("?".to_string(), |p| p.to_string())
-                            ));
-                            previous = Previous::Stale(owner.unwrap_or(0));
-                            let _ = fs::remove_file(path);
-                        }
-                    }
-                }
-                Err(e) => return Err(format!("cannot create {}: {e}", path.display()).into()),
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(mut file) => {
+                file.set_len(0)?;
+                writeln!(file, "{}", std::process::id())?;
+                Ok(Lock { _file: file })
             }
+            Err((_, Errno::EWOULDBLOCK)) => {
+                let pid = fs::read_to_string(path).unwrap_or_default();
+                let pid = pid.trim();
+                Err(format!(
+                    "{what} is already running (pid {pid}, lock {}): use that one, or stop it with Ctrl-C in its terminal or `kill {pid}` and start again.",
+                    path.display()
+                )
+                .into())
+            }
+            Err((_, e)) => Err(format!("cannot lock {}: {e}", path.display()).into()),
         }
-        Err(format!(
-            "{what} is being started by another process right now (lock {}); try again in a moment.",
-            path.display()
-        )
-        .into())
     }
 }
 
 /// Whether a live process holds the lock at `path`.
 pub fn is_held(path: &Path) -> bool {
-    fs::read_to_string(path)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .is_some_and(holder_alive)
-}
-
-/// Alive and, where procfs tells, an xtask (pids get reused).
-fn holder_alive(pid: u32) -> bool {
-    if pid == 0 || !processes::is_alive(pid) {
+    let Ok(file) = File::open(path) else {
         return false;
-    }
-    match processes::cmdline(pid) {
-        Some(cmd) => cmd.contains("xtask"),
-        None => true,
-    }
-}
-
-impl Drop for Lock {
-    fn drop(&mut self) {
-        // Only remove the file if it is still ours.
-        let ours = fs::read_to_string(&self.path)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok())
-            == Some(std::process::id());
-        if ours {
-            let _ = fs::remove_file(&self.path);
-        }
-    }
+    };
+    matches!(
+        Flock::lock(file, FlockArg::LockExclusiveNonblock),
+        Err((_, Errno::EWOULDBLOCK))
+    )
 }
 
 #[cfg(test)]
@@ -121,24 +70,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn second_acquire_is_refused_and_stale_lock_taken_over() {
+    fn second_acquire_is_refused_until_the_first_is_dropped() {
         let dir = std::env::temp_dir().join(format!("xtask-lock-test-{}", std::process::id()));
         let path = dir.join("dev.lock");
         let _ = fs::remove_dir_all(&dir);
-        {
-            let (_lock, prev) = Lock::acquire(&path, "test").unwrap();
-            assert!(matches!(prev, Previous::None));
-            // Our own pid is alive and an xtask test binary ("xtask-<hash>").
-            let err = Lock::acquire(&path, "test").unwrap_err().to_string();
-            assert!(err.contains("already running"), "{err}");
-        }
-        assert!(!path.exists(), "released on drop");
-        // A pid that cannot exist: stale.
+        let lock = Lock::acquire(&path, "test").unwrap();
+        assert!(is_held(&path));
+        let err = Lock::acquire(&path, "test").unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("already running (pid {}", std::process::id())),
+            "{err}"
+        );
+        drop(lock);
+        assert!(!is_held(&path), "released on drop");
+        drop(Lock::acquire(&path, "test").unwrap());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_lock_whose_holder_was_killed_is_free() {
+        let dir = std::env::temp_dir().join(format!("xtask-lock-kill-{}", std::process::id()));
+        let path = dir.join("dev.lock");
+        let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        fs::write(&path, "4194304999\n").unwrap();
-        let (_lock, prev) = Lock::acquire(&path, "test").unwrap();
-        assert!(matches!(prev, Previous::Stale(4194304999)));
-        drop(_lock);
+        // Another process holding the lock (util-linux `flock` on the shell's fd 9, which
+        // `sleep` inherits), then SIGKILLed.
+        let mut holder = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec 9>"$1"; flock 9; exec sleep 30"#)
+            .arg("sh")
+            .arg(&path)
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !is_held(&path) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the holder never locked"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(Lock::acquire(&path, "test").is_err());
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        drop(Lock::acquire(&path, "test").expect("free once its holder is gone"));
         let _ = fs::remove_dir_all(&dir);
     }
 }

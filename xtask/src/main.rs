@@ -1,7 +1,15 @@
-//! Project chores for Tollgate, run as `cargo xtask <command>` (see the
-//! alias in `.cargo/config.toml`). Written in Rust rather than shell so it
-//! works the same on every machine and is checked by the compiler; kept free
-//! of dependencies so it builds in seconds.
+//! Project chores for Tollgate, run as `cargo xtask <command>` (see the alias in
+//! `.cargo/config.toml`). Written in Rust rather than shell so it works the same on every
+//! machine and is checked by the compiler. It depends on a few small crates (see its
+//! `Cargo.toml`), never on the AWS SDK or a workspace crate, so it builds in seconds, first.
+//!
+//! One module per command: [`setup`] (pinned tools into the cache dir), [`dynamodb_local`]
+//! (DynamoDB Local from its jar, and `cargo xtask dynamodb`), [`dev`] (the local stack and its
+//! `.dev/stack.json`), [`test`] (the whole check CI runs) and [`browser`] (the web client's
+//! checks and `screenshots`). Beneath them: [`processes`] (helper process trees that stop
+//! without leftovers), [`lock`] (one `dev` per state directory), [`signal`] (Ctrl-C recorded,
+//! not fatal) and [`util`] (paths, commands, probes). `replay`, `drill` and `bench` (with
+//! `proxied`, `json`, `http` and `openai_standin`) are the stress harness.
 
 mod bench;
 mod browser;
@@ -22,77 +30,73 @@ mod util;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-Usage: cargo xtask <command> [options]
+use clap::{CommandFactory, Parser, Subcommand};
 
-Commands:
-  setup       Install the tools tests need (DynamoDB Local, cargo-lambda,
-              zig, cfn-lint) at pinned versions into the cache dir
-  dynamodb [--port <port>] [--db-path <dir>]
-              Run DynamoDB Local (in memory unless --db-path) on a free port
-              until Ctrl-C; prints DYNAMODB_ENDPOINT=http://127.0.0.1:<port>
-  dev [--persist <dir>] [--port <port>] [--no-reload]
-              The local stack: DynamoDB Local (in memory unless --persist),
-              tables, a demo client and accounts, the voice demo page with
-              /api on one origin, an OpenAI stand-in (client secrets and
-              WebRTC calls) when OPENAI_API_KEY is unset, and both functions
-              under `cargo lambda watch`; writes .dev/stack.json and prints
-              the page URL and curl lines; Ctrl-C stops everything
-  test [--no-lint] [--no-e2e] [--no-browser] [--no-replay] [--no-drill] [-- <cargo test args>]
-              setup, cargo fmt --check, clippy (skipped with --no-lint),
-              cargo test --workspace against a fresh in-memory DynamoDB Local,
-              the web client's type check and unit tests, then the
-              end-to-end tests against a private dev stack (skipped with
-              --no-e2e), the browser tests in headless Chromium (skipped
-              with --no-browser), a 2,000-request replay (skipped with
-              --no-replay) and the short drills (skipped with --no-drill)
-  screenshots  the browser tests, keeping a picture of the demo page in
-              each state in docs/screenshots/
-  replay [--seed <n>] [--requests <n>] [--report <file.md>] [...]
-              a day of hostile transfer traffic (50,000 requests by
-              default) through the functions, with DynamoDB faults and
-              process kills, reconciled against an independent ledger;
-              non-zero exit on any violation (`replay --help` for more)
-  drill [--short] [--report <file.md>]
-              attack drills against the rate limits (cloudfront mode):
-              admitted vs limit per key, DynamoDB requests per rejection
-              with and without the block cache; the full run writes
-              docs/drill.md (`drill --help` for more)
-  bench [--n <requests>] [--part <1-4>]... [--report <file.md>]
-              idempotency against Powertools for Python, the limiter
-              against a bare UpdateItem, the release binaries under a
-              runtime-API emulator (cold start, latency, memory, size), and
-              Schemathesis against openapi.yaml; writes docs/benchmarks.md
-              (`bench --help` for more)
-  help        Show this text
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Tollgate's chores: tools, DynamoDB Local, the dev stack, the full test run",
+    after_help = "Environment:\n  TOLLGATE_CACHE_DIR  where tools, venv and logs live (default: $HOME/.cache/tollgate)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
 
-Environment:
-  TOLLGATE_CACHE_DIR  where tools, venv and logs live
-                      (default: $HOME/.cache/tollgate)";
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install the tools tests need (DynamoDB Local, cargo-lambda, zig, cfn-lint, sam, the web
+    /// packages) at pinned versions into the cache dir
+    Setup,
+    /// Run DynamoDB Local (in memory unless --db-path) on a free port until Ctrl-C; prints
+    /// DYNAMODB_ENDPOINT=http://127.0.0.1:<port>
+    Dynamodb(dynamodb_local::Args),
+    /// The local stack: DynamoDB Local, tables, a demo client and accounts, the voice demo page
+    /// with /api on one origin, an OpenAI stand-in when OPENAI_API_KEY is unset, and both
+    /// functions under `cargo lambda watch`; writes .dev/stack.json and prints the page URL and
+    /// curl lines; Ctrl-C stops everything
+    Dev(dev::Args),
+    /// setup, fmt and clippy, cargo test --workspace against a fresh DynamoDB Local, the web
+    /// client's checks, then e2e, browser, a 2,000-request replay and the short drills
+    Test(test::Args),
+    /// The browser tests, keeping a picture of the demo page in each state in docs/screenshots/
+    Screenshots,
+    /// A day of hostile transfer traffic through the functions, with DynamoDB faults and process
+    /// kills, reconciled against an independent ledger (`replay --help` for more)
+    #[command(disable_help_flag = true)]
+    Replay(Passed),
+    /// Attack drills against the rate limits; the full run writes docs/drill.md
+    /// (`drill --help` for more)
+    #[command(disable_help_flag = true)]
+    Drill(Passed),
+    /// Idempotency and the limiter against baselines, the release binaries under a runtime-API
+    /// emulator, Schemathesis; writes docs/benchmarks.md (`bench --help` for more)
+    #[command(disable_help_flag = true)]
+    Bench(Passed),
+}
+
+/// Arguments handed as they are to a command that reads its own.
+#[derive(clap::Args)]
+struct Passed {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (command, rest) = match args.split_first() {
-        Some((command, rest)) => (command.as_str(), rest),
-        None => ("help", &[][..]),
+    let Some(command) = Cli::parse().command else {
+        let _ = Cli::command().print_help();
+        return ExitCode::SUCCESS;
     };
     let result = match command {
-        "setup" => setup::run(rest),
-        "dynamodb" => dynamodb_local::run(rest),
-        "dev" => dev::run(rest),
-        "test" => test::run(rest),
-        "replay" => replay::run(rest),
-        "drill" => drill::run(rest),
-        "bench" => bench::run(rest),
-        "screenshots" => browser::screenshots(rest),
-        "help" | "-h" | "--help" => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        other => {
-            eprintln!("error: unknown command `{other}`\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Cmd::Setup => setup::run(),
+        Cmd::Dynamodb(args) => dynamodb_local::run(args),
+        Cmd::Dev(args) => dev::run(args),
+        Cmd::Test(args) => test::run(args),
+        Cmd::Screenshots => browser::screenshots(),
+        Cmd::Replay(passed) => replay::run(&passed.args),
+        Cmd::Drill(passed) => drill::run(&passed.args),
+        Cmd::Bench(passed) => bench::run(&passed.args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
-//! A local stand-in for OpenAI's `POST /v1/realtime/client_secrets`, so the
-//! dev stack works without an API key, offline and for free.
+//! A local stand-in for OpenAI's `POST /v1/realtime/client_secrets`, for `cargo xtask bench`'s
+//! runtime-API part only (moving to `stress/`): the dev stack and the tests use the one in
+//! `web/dev/server.cjs`.
 //!
 //! It answers like the real endpoint in shape only: a `value` of
 //! `ek_local_<n>_<random>` (starts with `ek_` as real secrets do, and says
@@ -183,7 +184,6 @@ fn respond(mut stream: TcpStream, status: u16, body: &str) -> Result {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http;
 
     #[test]
     fn mints_fake_secrets_with_the_requested_lifetime() {
@@ -191,9 +191,10 @@ mod tests {
         let url = format!("{}{PATH}", standin.base_url);
         let t = Duration::from_secs(5);
         let body = r#"{"expires_after":{"anchor":"created_at","seconds":120},"session":{"type":"realtime","model":"gpt-realtime"}}"#;
-        let r = http::request("POST", &url, &[("Authorization", "Bearer sk-x")], body, t).unwrap();
-        assert_eq!(r.status, 200, "{}", r.text());
-        let v = json::parse(&r.text()).unwrap();
+        let auth = [("Authorization", "Bearer sk-x")];
+        let r = util::request("POST", &url, &auth, Some(body), t).unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = json::parse(&r.body).unwrap();
         assert!(v.str_field("value").unwrap().starts_with("ek_local_1_"));
         let expires = v.get("expires_at").and_then(Value::as_u64).unwrap();
         assert!(expires.abs_diff(util::unix_now() + 120) <= 2);
@@ -202,16 +203,10 @@ mod tests {
             Some("gpt-realtime")
         );
 
-        let r = http::request("POST", &url, &[], "{}", t).unwrap();
+        let r = util::request("POST", &url, &[], Some("{}"), t).unwrap();
         assert_eq!(r.status, 401);
-        let r = http::request(
-            "GET",
-            &format!("{}/v1/models", standin.base_url),
-            &[],
-            "",
-            t,
-        )
-        .unwrap();
+        let models = format!("{}/v1/models", standin.base_url);
+        let r = util::request("GET", &models, &[], None, t).unwrap();
         assert_eq!(r.status, 404);
     }
 }

@@ -7,7 +7,8 @@
 //! to cargo-lambda's process group reaches them, and if cargo-lambda dies
 //! before it has stopped them they are orphaned and keep their ports.
 //!
-//! What we do about it (Linux; elsewhere the fallbacks are simply absent):
+//! What we do about it (Linux; on macOS without the subreaper and the parent-death signal),
+//! with `nix` for the system calls:
 //!
 //! - xtask makes itself a *child subreaper* ([`become_subreaper`]): an
 //!   orphaned descendant is re-parented to xtask instead of to init, so it
@@ -26,66 +27,22 @@ use std::process::{Child, Command, ExitStatus};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+
 use crate::util::Result;
 
-#[cfg(unix)]
-mod sys {
-    use std::os::raw::{c_int, c_ulong};
+/// Sends `sig` to `pid`; false if it is gone (or not ours to signal).
+fn signal(pid: u32, sig: Signal) -> bool {
+    i32::try_from(pid).is_ok_and(|pid| kill(Pid::from_raw(pid), sig).is_ok())
+}
 
-    pub const SIGKILL: c_int = 9;
-    pub const SIGTERM: c_int = 15;
-    const WNOHANG: c_int = 1;
-
-    unsafe extern "C" {
-        fn kill(pid: i32, sig: c_int) -> c_int;
-        fn waitpid(pid: i32, status: *mut c_int, options: c_int) -> i32;
-        #[cfg(target_os = "linux")]
-        fn prctl(
-            option: c_int,
-            arg2: c_ulong,
-            arg3: c_ulong,
-            arg4: c_ulong,
-            arg5: c_ulong,
-        ) -> c_int;
-    }
-
-    /// Sends `sig` to a process (`pid > 0`) or a process group (`pid < 0`).
-    pub fn signal(pid: i32, sig: c_int) -> bool {
-        // SAFETY: plain syscall with integer arguments.
-        unsafe { kill(pid, sig) == 0 }
-    }
-
-    /// Whether the process exists (zombies included) and we could signal it.
-    pub fn exists(pid: i32) -> bool {
-        signal(pid, 0) || std::io::Error::last_os_error().raw_os_error() == Some(1)
-        // EPERM
-    }
-
-    /// Reaps `pid` if it is our child and has exited; never blocks.
-    pub fn reap(pid: i32) {
-        let mut status = 0;
-        // SAFETY: `status` is a valid out pointer; WNOHANG never blocks.
-        unsafe {
-            waitpid(pid, &mut status, WNOHANG);
-        }
-    }
-
-    #[cfg(target_os = "linux")]
-    pub fn set_child_subreaper() -> bool {
-        const PR_SET_CHILD_SUBREAPER: c_int = 36;
-        // SAFETY: plain syscall with integer arguments.
-        unsafe { prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
-    }
-
-    #[cfg(target_os = "linux")]
-    pub fn set_parent_death_signal() -> std::io::Result<()> {
-        const PR_SET_PDEATHSIG: c_int = 1;
-        // SAFETY: plain syscall; async-signal-safe, so fine between fork and exec.
-        if unsafe { prctl(PR_SET_PDEATHSIG, SIGTERM as c_ulong, 0, 0, 0) } == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
+/// Reaps `pid` if it is our child and has exited; never blocks.
+fn reap(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
     }
 }
 
@@ -94,41 +51,36 @@ mod sys {
 /// no-op outside Linux.
 pub fn become_subreaper() {
     #[cfg(target_os = "linux")]
-    {
-        let _ = sys::set_child_subreaper();
-    }
+    let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
 /// Prepares `cmd` to run as an independent helper: its own process group,
 /// and (Linux) a SIGTERM if xtask dies without stopping it.
-pub fn isolate(cmd: &mut Command) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-        #[cfg(target_os = "linux")]
-        // SAFETY: the closure only makes one async-signal-safe syscall.
-        unsafe {
-            cmd.pre_exec(sys::set_parent_death_signal);
-        }
+fn isolate(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure only makes one async-signal-safe syscall (prctl).
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
+        });
     }
 }
 
 /// Whether a process with this id exists and is not a zombie.
 pub fn is_alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
+    let Ok(raw) = i32::try_from(pid) else {
         return false;
     };
-    #[cfg(unix)]
-    {
-        if !sys::exists(pid) {
-            return false;
-        }
+    // Exists (zombies included) and we may signal it, or it is someone else's.
+    if !matches!(kill(Pid::from_raw(raw), None), Ok(()) | Err(Errno::EPERM)) {
+        return false;
     }
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat_fields(&stat).is_some_and(|(state, _)| state != 'Z'),
         // No procfs (macOS): trust kill(pid, 0).
-        Err(_) => cfg!(unix) && fs::metadata("/proc/self").is_err(),
+        Err(_) => fs::metadata("/proc/self").is_err(),
     }
 }
 
@@ -191,8 +143,7 @@ pub fn leftovers() -> Vec<(u32, String)> {
     let parents = parents();
     for (&pid, &ppid) in &parents {
         if ppid == me {
-            #[cfg(unix)]
-            sys::reap(pid as i32);
+            reap(pid);
         }
     }
     descendants(me, &parents)
@@ -250,11 +201,8 @@ impl Tree {
         let mut members = std::mem::take(&mut self.members);
         members.extend(descendants(leader, &parents()));
         let leader_running = matches!(self.child.try_wait(), Ok(None));
-        if leader_running {
-            #[cfg(unix)]
-            if let Ok(pgid) = i32::try_from(leader) {
-                sys::signal(-pgid, sys::SIGTERM);
-            }
+        if let (true, Ok(pgid)) = (leader_running, i32::try_from(leader)) {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
         }
         let deadline = Instant::now() + grace;
         loop {
@@ -282,8 +230,7 @@ impl Tree {
                     self.name,
                     cmdline(*pid).unwrap_or_default()
                 ));
-                #[cfg(unix)]
-                sys::signal(*pid as i32, sys::SIGKILL);
+                signal(*pid, Signal::SIGKILL);
             }
             sleep(Duration::from_millis(50));
         }
@@ -303,8 +250,7 @@ impl Tree {
                 continue;
             }
             if parents.get(&pid) == Some(&me) {
-                #[cfg(unix)]
-                sys::reap(pid as i32);
+                reap(pid);
             }
             if is_alive(pid) {
                 left.push(pid);
@@ -335,7 +281,7 @@ mod tests {
     /// time; returns the tree and the grandchild's pid.
     #[cfg(target_os = "linux")]
     fn tree_with_escaped_grandchild() -> (Tree, u32) {
-        use std::io::Read;
+        use std::io::BufRead;
         become_subreaper();
         let mut cmd = Command::new("sh");
         cmd.args([
@@ -345,12 +291,9 @@ mod tests {
         ])
         .stdout(std::process::Stdio::piped());
         let mut tree = spawn("test", &mut cmd).unwrap();
-        let mut out = tree.child.stdout.take().unwrap();
+        let out = tree.child.stdout.take().unwrap();
         let mut line = String::new();
-        let mut byte = [0u8];
-        while out.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
-            line.push(byte[0] as char);
-        }
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
         let grandchild: u32 = line.trim().parse().unwrap();
         assert!(is_alive(grandchild));
         (tree, grandchild)

@@ -135,7 +135,6 @@ impl Run {
                 function_env: env,
                 concurrency,
             },
-            web: false,
         }
     }
 

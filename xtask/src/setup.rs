@@ -59,10 +59,7 @@ pub struct Tools {
 }
 
 /// `cargo xtask setup`.
-pub fn run(args: &[String]) -> Result {
-    if let Some(arg) = args.first() {
-        return Err(format!("`setup` takes no arguments, got `{arg}`").into());
-    }
+pub fn run() -> Result {
     util::step("setup");
     let tools = all()?;
     info(format!(
@@ -88,14 +85,15 @@ pub fn all() -> Result<Tools> {
 
 /// Installs `web/package.json`'s pinned packages, exactly as `web/package-lock.json` has them
 /// (`npm ci`), into `<cache>/web-npm`: nothing is installed into the repository. The marker is
-/// the lock file itself, so a changed lock reinstalls.
+/// the copy of the lock file installed from, so a changed lock reinstalls.
 pub fn web_packages() -> Result<PathBuf> {
     let web = util::workspace_root().join("web");
     let lock = fs::read_to_string(web.join("package-lock.json"))?;
     let prefix = util::cache_dir()?.join("web-npm");
     let modules = prefix.join("node_modules");
-    let spec = format!("web-npm {:016x}", fnv1a(lock.as_bytes()));
-    if marker_matches(&prefix, &spec) && modules.is_dir() {
+    let installed = fs::read_to_string(prefix.join("package-lock.json"));
+    if installed.is_ok_and(|l| l == lock) && marker_matches(&prefix, "web-npm") && modules.is_dir()
+    {
         info("web packages: already installed");
         return Ok(modules);
     }
@@ -120,7 +118,7 @@ pub fn web_packages() -> Result<PathBuf> {
                 "--loglevel=error",
             ]),
     )?;
-    write_marker(&prefix, &spec)?;
+    write_marker(&prefix, "web-npm")?;
     Ok(modules)
 }
 
@@ -139,13 +137,6 @@ pub fn chromium() -> Result<PathBuf> {
         .ok_or_else(|| {
             "Chromium is needed for the browser tests: install Debian's with `apt-get install chromium` (or set CHROMIUM to a Chromium binary)".into()
         })
-}
-
-/// FNV-1a: a stable fingerprint for a cache marker (std's hasher may change between releases).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// The `java` to run: `$JAVA_HOME/bin/java` if set (the usual way to pick a
@@ -311,23 +302,15 @@ fn check_python() -> Result {
          install it with `apt-get install python3 python3-venv`",
         MIN_PYTHON.0, MIN_PYTHON.1
     );
-    let Some(out) = util::capture(Command::new("python3").arg("--version")) else {
-        return Err(format!("`python3` not found. {hint}").into());
-    };
-    // "Python 3.11.7" (on stdout; very old versions used stderr)
-    let text = String::from_utf8_lossy(if out.stdout.is_empty() {
-        &out.stderr
-    } else {
-        &out.stdout
-    })
-    .to_string();
-    let mut numbers = text.trim().trim_start_matches("Python ").split('.');
-    let major: u32 = numbers.next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    let minor: u32 = numbers.next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    if (major, minor) >= MIN_PYTHON {
-        Ok(())
-    } else {
-        Err(format!("found `{}`. {hint}", text.trim()).into())
+    // Python compares its own version: no version string to parse.
+    let check = format!("import sys; sys.exit(sys.version_info < {MIN_PYTHON:?})");
+    match Command::new("python3").args(["-c", &check]).status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(_) => {
+            let found = util::first_line(Command::new("python3").arg("--version"));
+            Err(format!("found `{found}`. {hint}").into())
+        }
+        Err(_) => Err(format!("`python3` not found. {hint}").into()),
     }
 }
 

@@ -1,16 +1,13 @@
-//! Just enough signal handling to always stop DynamoDB Local.
+//! Ctrl-C and SIGTERM are recorded, not fatal.
 //!
-//! Without it, Ctrl-C or `kill` ends xtask on the spot: no destructor runs,
-//! and a Java child started with its own output redirected would keep
-//! running (and holding its port) after xtask is gone. Instead we only
-//! *record* SIGINT/SIGTERM; the normal code path notices, returns, and the
-//! `Drop` guard in `dynamodb_local` stops the child.
-//!
-//! This is a few lines of libc FFI rather than a crate dependency (`ctrlc`,
-//! `signal-hook`) to keep xtask dependency-free. The handler only stores to
-//! an atomic, which is async-signal-safe.
+//! Ended on the spot, xtask would run no destructor, and a child started with its output
+//! redirected (DynamoDB Local, `cargo lambda watch`) would keep running and holding its port.
+//! Instead the signal is only recorded (`ctrlc`, whose `termination` feature adds SIGTERM); the
+//! normal code path notices through [`received`], returns, and the `Drop` guards stop the
+//! children in order.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
 
 static RECEIVED: AtomicBool = AtomicBool::new(false);
 
@@ -19,59 +16,15 @@ pub fn received() -> bool {
     RECEIVED.load(Ordering::SeqCst)
 }
 
-#[cfg(unix)]
-mod sys {
-    use std::os::raw::c_int;
-
-    // Same numbers on Linux and macOS.
-    const SIGINT: c_int = 2;
-    const SIGTERM: c_int = 15;
-
-    unsafe extern "C" {
-        // glibc's and macOS's `signal` give BSD semantics: the handler stays
-        // installed and interrupted system calls are restarted.
-        fn signal(signum: c_int, handler: extern "C" fn(c_int)) -> usize;
-        fn kill(pid: i32, sig: c_int) -> c_int;
-    }
-
-    extern "C" fn on_signal(_: c_int) {
-        super::RECEIVED.store(true, super::Ordering::SeqCst);
-    }
-
-    pub fn install() {
-        // SAFETY: `on_signal` is async-signal-safe (a single atomic store).
-        unsafe {
-            signal(SIGINT, on_signal);
-            signal(SIGTERM, on_signal);
-        }
-    }
-
-    pub fn terminate(pid: u32) -> bool {
-        let Ok(pid) = i32::try_from(pid) else {
-            return false;
-        };
-        // SAFETY: plain syscall; `pid` is our own child, not yet reaped.
-        unsafe { kill(pid, SIGTERM) == 0 }
-    }
-}
-
-#[cfg(not(unix))]
-mod sys {
-    pub fn install() {}
-    pub fn terminate(_pid: u32) -> bool {
-        false
-    }
-}
-
-/// From now on, SIGINT/SIGTERM no longer end xtask but are recorded for
-/// [`received`]. Installing twice is harmless.
+/// From now on, SIGINT/SIGTERM no longer end xtask but are recorded for [`received`].
+/// Installing twice is harmless.
 pub fn install() {
-    sys::install();
-}
-
-/// Politely asks a child process to exit (SIGTERM), so Java runs its
-/// shutdown hooks (matters for an on-disk database). Returns false if the
-/// signal could not be sent; the caller then falls back to `Child::kill`.
-pub fn terminate(pid: u32) -> bool {
-    sys::terminate(pid)
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if let Err(e) = ctrlc::set_handler(|| RECEIVED.store(true, Ordering::SeqCst)) {
+            crate::util::info(format!(
+                "warning: Ctrl-C will not stop things in order: {e}"
+            ));
+        }
+    });
 }

@@ -18,40 +18,32 @@ use crate::setup::Tools;
 use crate::util::{self, info, step, Result};
 use crate::{lock, setup, signal};
 
-const USAGE: &str =
-    "Usage: cargo xtask test [--no-lint] [--no-e2e] [--no-browser] [--no-replay] [--no-drill] [-- <cargo test args>]";
+/// `cargo xtask test`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Skip `cargo fmt --check` and clippy
+    #[arg(long)]
+    no_lint: bool,
+    /// Skip the end-to-end tests against a private dev stack
+    #[arg(long)]
+    no_e2e: bool,
+    /// Skip the browser tests in headless Chromium
+    #[arg(long)]
+    no_browser: bool,
+    /// Skip the 2,000-request replay
+    #[arg(long)]
+    no_replay: bool,
+    /// Skip the short drills
+    #[arg(long)]
+    no_drill: bool,
+    /// Arguments for `cargo test --workspace`
+    #[arg(last = true, value_name = "CARGO TEST ARGS")]
+    test_args: Vec<String>,
+}
 
-pub fn run(args: &[String]) -> Result {
-    let mut lint = true;
-    let mut e2e = true;
-    let mut browser = true;
-    let mut replay = true;
-    let mut drill = true;
-    let mut test_args: &[String] = &[];
-    for (i, arg) in args.iter().enumerate() {
-        match arg.as_str() {
-            "--no-lint" => lint = false,
-            "--no-e2e" => e2e = false,
-            "--no-browser" => browser = false,
-            "--no-replay" => replay = false,
-            "--no-drill" => drill = false,
-            "--" => {
-                test_args = &args[i + 1..];
-                break;
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            _ => {
-                return Err(format!(
-                    "unexpected argument `{arg}` (cargo test arguments go after `--`)\n{USAGE}"
-                )
-                .into())
-            }
-        }
-    }
-
+pub fn run(args: Args) -> Result {
+    let (lint, e2e, browser) = (!args.no_lint, !args.no_e2e, !args.no_browser);
+    let (replay, drill) = (!args.no_replay, !args.no_drill);
     step("setup");
     let tools = setup::all()?;
 
@@ -88,26 +80,18 @@ pub fn run(args: &[String]) -> Result {
     info(format!("{} (log: {})", ddb.endpoint, ddb.log.display()));
 
     step("test");
-    let result = util::run(
-        util::cargo()
-            .args(["test", "--workspace"])
-            .args(test_args)
-            .env("DYNAMODB_ENDPOINT", &ddb.endpoint)
-            // Also where any SDK client built from the environment alone
-            // sends DynamoDB calls: never to real AWS by accident.
-            .env("AWS_ENDPOINT_URL_DYNAMODB", &ddb.endpoint)
-            // Always dummy credentials and a fixed region, so real ones from
-            // the environment or ~/.aws are never sent anywhere, and the SDK
-            // does not go looking for others (profile, instance metadata).
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env_remove("AWS_SESSION_TOKEN")
-            .env_remove("AWS_PROFILE")
-            // Tests shell out to cargo-lambda and cfn-lint from the venv.
-            .env("PATH", util::path_with(&tools.venv_bin)?),
-    );
+    let mut cmd = util::cargo();
+    cmd.args(["test", "--workspace"])
+        .args(&args.test_args)
+        .env("DYNAMODB_ENDPOINT", &ddb.endpoint)
+        // Also where any SDK client built from the environment alone
+        // sends DynamoDB calls: never to real AWS by accident.
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &ddb.endpoint)
+        // Tests shell out to cargo-lambda and cfn-lint from the venv.
+        .env("PATH", util::path_with(&tools.venv_bin)?);
+    // Real credentials from the environment or ~/.aws are never sent anywhere.
+    util::dummy_aws(&mut cmd);
+    let result = util::run(&mut cmd);
     check(&mut failed, "test", result);
 
     step("dynamodb-local: stop");
@@ -190,7 +174,6 @@ fn end_to_end(tools: &Tools) -> Result {
             reload: false,
             interactive: false,
             hooks: dev::Hooks::default(),
-            web: false,
         },
         None,
     );
@@ -221,8 +204,8 @@ fn end_to_end(tools: &Tools) -> Result {
     result
 }
 
-/// Removes state directories of earlier e2e runs that have finished (their
-/// lock is gone or stale), keeping any that still run.
+/// Removes state directories of earlier e2e runs that have finished (nothing
+/// holds their lock), keeping any that still run.
 fn prune_finished_runs(runs: &Path) {
     let Ok(entries) = fs::read_dir(runs) else {
         return;

@@ -1,4 +1,5 @@
-//! Helpers shared by the tasks: where things live, running commands, and
+//! Helpers shared by the tasks: where things live, running commands (and reading what
+//! `cargo build` reports, through serde), probing a local server over HTTP (`ureq`), and
 //! progress output.
 //!
 //! Progress goes to stderr so that stdout stays free for values a caller may
@@ -11,6 +12,7 @@ use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 /// Errors are only ever reported to a human, so a boxed error carrying a
 /// readable message is all we need.
@@ -73,20 +75,74 @@ pub fn cargo_build_bins(args: &[&str], bins: &[&str]) -> Result<Vec<PathBuf>> {
     if !out.status.success() {
         return Err(format!("`{}` failed ({})", display(&cmd), out.status).into());
     }
-    let messages: Vec<crate::json::Value> = String::from_utf8_lossy(&out.stdout)
+    /// The part of a `compiler-artifact` message we read.
+    #[derive(serde::Deserialize)]
+    struct Artifact {
+        reason: String,
+        target: Target,
+        executable: Option<PathBuf>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Target {
+        name: String,
+    }
+    let artifacts: Vec<Artifact> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|line| crate::json::parse(line).ok())
-        .filter(|msg| msg.str_field("reason") == Some("compiler-artifact"))
+        .filter_map(|line| serde_json::from_str::<Artifact>(line).ok())
+        .filter(|a| a.reason == "compiler-artifact")
         .collect();
     bins.iter()
         .map(|bin| {
-            messages
+            artifacts
                 .iter()
-                .filter(|msg| msg.get("target").and_then(|t| t.str_field("name")) == Some(bin))
-                .find_map(|msg| msg.str_field("executable").map(PathBuf::from))
+                .filter(|a| a.target.name == *bin)
+                .find_map(|a| a.executable.clone())
                 .ok_or_else(|| format!("`{}` reported no `{bin}` binary", display(&cmd)).into())
         })
         .collect()
+}
+
+/// An HTTP answer to a probe.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+}
+
+/// One plain-HTTP request to a local part of the stack (`ureq`), waiting at most `timeout`.
+/// Every status is an [`Answer`]; only a transport failure is an error.
+pub fn request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<Answer> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = ureq::http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut response = match body {
+        Some(body) => agent.run(request.body(body)?)?,
+        None => agent.run(request.body(())?)?,
+    };
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    Ok(Answer {
+        status: response.status().as_u16(),
+        content_type,
+        body: response.body_mut().read_to_string().unwrap_or_default(),
+    })
 }
 
 /// Runs a command with inherited stdio and turns failure into an error that

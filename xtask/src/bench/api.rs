@@ -176,7 +176,6 @@ pub fn run(tools: &Tools) -> Result<Section> {
                 ],
                 ..Hooks::default()
             },
-            web: false,
         },
         None,
     )?;

@@ -103,17 +103,12 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
         &["tables", "create", "--template"],
         &[template.as_os_str()],
     )?;
-    let field = |v: &Value, key: &str| -> Result<String> {
-        Ok(v.str_field(key)
-            .ok_or_else(|| format!("the CLI's answer has no `{key}`"))?
-            .to_string())
-    };
-    let client = dev::cli_json(&cli, &env, &["clients", "create", "--name", "bench"])?;
-    let token = field(&client, "token")?;
-    let client_id = field(&client, "client_id")?;
+    let client: dev::NewClient =
+        dev::cli_json(&cli, &env, &["clients", "create", "--name", "bench"])?;
+    let (token, client_id) = (client.token, client.client_id);
     let mut accounts = Vec::new();
     for balance in ["1000000000000", "0"] {
-        let account = dev::cli_json(
+        let account: dev::Account = dev::cli_json(
             &cli,
             &env,
             &[
@@ -127,7 +122,7 @@ pub fn run(binaries: &Binaries, endpoint: &str, n: usize) -> Result<Section> {
                 "JPY",
             ],
         )?;
-        accounts.push(field(&account, "account_id")?);
+        accounts.push(account.account_id);
     }
     let standin = openai_standin::start(false)?;
 
