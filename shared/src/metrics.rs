@@ -121,12 +121,12 @@ mod tests {
     #[test]
     fn a_rate_limit_line_has_the_layer_dimension() {
         let v: Value = serde_json::from_str(&line(
-            "transfer",
+            crate::catalog::TRANSFER.name,
             Event::RateLimited { layer: "global" },
             42,
         ))
         .unwrap();
-        assert_eq!(v["Function"], "transfer");
+        assert_eq!(v["Function"], crate::catalog::TRANSFER.name);
         assert_eq!(v["Layer"], "global");
         assert_eq!(v["RateLimited"], 1);
         let m = &v["_aws"]["CloudWatchMetrics"][0];
@@ -138,7 +138,12 @@ mod tests {
 
     #[test]
     fn other_events_have_the_function_only() {
-        let v: Value = serde_json::from_str(&line("ephemeral-key", Event::Cooldown, 1)).unwrap();
+        let v: Value = serde_json::from_str(&line(
+            crate::catalog::EPHEMERAL_KEY.name,
+            Event::Cooldown,
+            1,
+        ))
+        .unwrap();
         assert_eq!(
             v["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
             json!([["Function"]])
@@ -148,8 +153,12 @@ mod tests {
 
     #[test]
     fn a_refused_key_is_its_own_metric() {
-        let v: Value =
-            serde_json::from_str(&line("ephemeral-key", Event::UpstreamKeyRefused, 1)).unwrap();
+        let v: Value = serde_json::from_str(&line(
+            crate::catalog::EPHEMERAL_KEY.name,
+            Event::UpstreamKeyRefused,
+            1,
+        ))
+        .unwrap();
         assert_eq!(v["UpstreamKeyRefused"], 1);
         assert_eq!(
             v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"],

@@ -8,9 +8,10 @@
 use http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Deserialize;
+use tollgate::catalog;
 use tollgate::gate::{Caller, Gate};
 use tollgate::http::{body_bytes, json_response};
-use tollgate::kill_switch::{SetError, FUNCTIONS, MAX_MESSAGE_CHARS};
+use tollgate::kill_switch::{SetError, MAX_MESSAGE_CHARS};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
 
@@ -80,11 +81,11 @@ pub async fn kill_switch(
 }
 
 fn known_function(name: &str) -> Result<(), ApiError> {
-    if FUNCTIONS.contains(&name) {
+    if catalog::function(name).is_some() {
         Ok(())
     } else {
         Err(ApiError::BadRequest {
-            detail: format!("function must be one of: {}.", FUNCTIONS.join(", ")),
+            detail: format!("function must be one of: {}.", catalog::function_names()),
         })
     }
 }

@@ -43,8 +43,6 @@ use crate::upstream::{ClientSecret, SecretRequest, Upstream, UpstreamError};
 const UPSTREAM: &str = "openai";
 /// The cooldown key of a refused API key (`UPSTREAM_AUTH_COOLDOWN_SECONDS`).
 const UPSTREAM_KEY: &str = "openai-api-key";
-/// The route idempotency keys are scoped to.
-const ROUTE: &str = "POST /session";
 
 /// What `POST /session` needs besides the gate.
 #[derive(Debug)]
@@ -87,7 +85,7 @@ impl Sessions {
         let lease = match &key {
             None => None,
             Some(key) => {
-                let scope = Scope::new(&ip, ROUTE, key);
+                let scope = Scope::new(&ip, crate::FUNCTION.route, key);
                 match self
                     .idempotency
                     .claim(&scope, &fingerprint(&canonical), self.lease())
@@ -164,7 +162,7 @@ impl Sessions {
         match waits.max() {
             Some((retry_after, layer)) => {
                 tracing::info!(decision = "rejected", layer, "upstream cooling down");
-                tollgate::metrics::emit(crate::FUNCTION, tollgate::metrics::Event::Cooldown);
+                tollgate::metrics::emit(crate::FUNCTION.name, tollgate::metrics::Event::Cooldown);
                 Err(ApiError::Unavailable { retry_after })
             }
             None => Ok(()),
@@ -268,7 +266,7 @@ impl Sessions {
                     "OpenAI refused the API key, also as just read from the secret store: put a valid OpenAI API key into the SSM parameter named by OPENAI_API_KEY_PARAM; until then POST /session answers 503 and tries the key again once per UPSTREAM_AUTH_COOLDOWN_SECONDS"
                 );
                 tollgate::metrics::emit(
-                    crate::FUNCTION,
+                    crate::FUNCTION.name,
                     tollgate::metrics::Event::UpstreamKeyRefused,
                 );
                 Err(ApiError::Unavailable { retry_after })
@@ -281,7 +279,10 @@ impl Sessions {
                     .max(gate.settings.upstream_cooldown);
                 let retry_after = self.cooldown.start(UPSTREAM, pause);
                 tracing::warn!(error = %e, retry_after, "upstream failed; cooling down");
-                tollgate::metrics::emit(crate::FUNCTION, tollgate::metrics::Event::UpstreamFailure);
+                tollgate::metrics::emit(
+                    crate::FUNCTION.name,
+                    tollgate::metrics::Event::UpstreamFailure,
+                );
                 Err(ApiError::Unavailable { retry_after })
             }
         }

@@ -17,6 +17,7 @@ pub mod ledger;
 use http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde::Serialize;
+use tollgate::catalog;
 use tollgate::clients::{bearer_token, ClientStore};
 use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
@@ -30,14 +31,8 @@ use crate::config::TransferSettings;
 use crate::domain::{AccountId, TransferId, TransferRequest};
 use crate::ledger::Ledger;
 
-/// The function's name: its kill-switch key and rate-limit scope.
-pub const FUNCTION: &str = "transfer";
-/// Variable holding this function's limits.
-pub const LIMITS_VAR: &str = "TRANSFER_RATE_LIMITS";
-/// Limits when `TRANSFER_RATE_LIMITS` is unset.
-pub const DEFAULT_LIMITS: &str = "ip=300/1m,client=60/1m";
-/// The route an idempotency key is scoped to.
-const POST_TRANSFERS: &str = "POST /transfers";
+/// The function's names: kill-switch key, rate-limit scope, limits variable, idempotency route.
+pub const FUNCTION: &catalog::Function = &catalog::TRANSFER;
 
 /// Everything a request needs, built once per process.
 #[derive(Debug)]
@@ -55,7 +50,7 @@ enum Route<'a> {
 }
 
 impl tollgate::serve::Function for App {
-    const NAME: &'static str = FUNCTION;
+    const NAME: &'static str = FUNCTION.name;
 
     fn from_env(
         env: &Env,
@@ -63,7 +58,12 @@ impl tollgate::serve::Function for App {
         ssm: Option<aws_sdk_ssm::Client>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let guard = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
+        let guard = GuardSettings::from_env(
+            env,
+            FUNCTION.name,
+            FUNCTION.limits_variable,
+            FUNCTION.default_limits,
+        )?;
         let settings = TransferSettings::from_env(env)?;
         let idempotency = IdempotencyStore::new(
             ddb.clone(),
@@ -170,7 +170,7 @@ impl App {
         let key = IdempotencyKey::from_headers(req.headers())?.ok_or(KeyError::Missing)?;
         let body = body_bytes(req, self.gate.settings.max_body_bytes)?;
         let transfer = TransferRequest::parse(body, self.settings.max_amount)?;
-        let scope = Scope::new(client_id, POST_TRANSFERS, &key);
+        let scope = Scope::new(client_id, FUNCTION.route, &key);
         let fingerprint = fingerprint(&transfer.canonical);
         self.ledger
             .transfer(client_id, &scope, &fingerprint, &transfer, request_id)

@@ -3,14 +3,14 @@
 use tollgate::client_addr::ClientAddr;
 use tollgate::ratelimit::{Admission, Layer, LimitCheck, RateLimiter, RateLimits};
 
-use crate::cli::harness::{keys, shared, TestCli};
+use crate::harness::{keys, shared, TestCli};
 
 /// Counts `n` requests from `ip` the way ephemeral-key does (its scope, its `ip` layer).
 async fn count_session_requests(cli: &TestCli, limits: &RateLimits, ip: &str, n: usize) {
     let limiter = RateLimiter::new(
         cli.ddb.clone(),
         cli.table("RateLimitTable"),
-        ephemeral_key::FUNCTION,
+        tollgate::catalog::EPHEMERAL_KEY.name,
         shared(&cli.clock),
     );
     let key = ClientAddr::from_ip(ip.parse().unwrap()).to_string();

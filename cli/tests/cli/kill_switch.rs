@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tollgate::kill_switch::{KillSwitch, KillSwitchError, DEFAULT_MESSAGE};
 
-use crate::cli::harness::{keys, shared, TestCli};
+use crate::harness::{keys, shared, TestCli};
 
 #[tokio::test]
 async fn on_with_a_message_then_status_then_off() {
