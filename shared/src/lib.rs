@@ -41,4 +41,4 @@ pub mod secrets;
 pub mod serve;
 pub mod telemetry;
 
-pub use problem::ApiError;
+pub use problem::{ApiError, ClientError};

@@ -11,7 +11,7 @@ use lambda_http::{Body, Response};
 use serde_json::{json, Map, Value};
 
 use crate::idempotency::REPLAYED_HEADER;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, ClientError};
 
 /// Metric namespace.
 pub const NAMESPACE: &str = "Tollgate";
@@ -88,7 +88,7 @@ pub fn emit(function: &str, event: Event<'_>) {
 }
 
 /// Records what a request came to: one line for the outcome, and one more for a 5xx.
-pub fn record(function: &str, result: &Result<Response<Body>, ApiError>) {
+pub fn record<E: ClientError>(function: &str, result: &Result<Response<Body>, E>) {
     match result {
         Ok(r) if r.headers().contains_key(REPLAYED_HEADER) => {
             emit(function, Event::IdempotentReplay)
@@ -97,14 +97,14 @@ pub fn record(function: &str, result: &Result<Response<Body>, ApiError>) {
         Ok(r) if r.status().is_server_error() => emit(function, Event::Status5xx),
         Ok(_) => {}
         Err(e) => {
-            match e {
-                ApiError::RateLimited(d) => emit(
+            match e.as_api_error() {
+                Some(ApiError::RateLimited(d)) => emit(
                     function,
                     Event::RateLimited {
                         layer: d.limit.layer().as_str(),
                     },
                 ),
-                ApiError::ServiceDisabled { .. } => emit(function, Event::KillSwitchDenied),
+                Some(ApiError::ServiceDisabled { .. }) => emit(function, Event::KillSwitchDenied),
                 _ => {}
             }
             if e.status().is_server_error() {

@@ -10,7 +10,7 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Deserialize;
 use tollgate::catalog;
 use tollgate::gate::{Caller, Gate};
-use tollgate::http::{body_bytes, json_response};
+use tollgate::http::json_response;
 use tollgate::kill_switch::{SetError, MAX_MESSAGE_CHARS};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
@@ -51,21 +51,21 @@ pub async fn kill_switch(
         let function = req
             .query_string_parameters_ref()
             .and_then(|q| q.first("function"))
-            .unwrap_or(&gate.settings.function)
+            .unwrap_or(&gate.settings().function)
             .to_string();
         known_function(&function)?;
-        gate.kill_switch
+        gate.kill_switch()
             .status(&function)
             .await
             .map_err(store_failed)?
     } else {
-        let body = body_bytes(req, gate.settings.max_body_bytes)?;
+        let body = gate.body(req)?;
         let flip: FlipRequest = serde_json::from_slice(body).map_err(|_| ApiError::BadRequest {
             detail: "Expected a JSON object {\"function\": string, \"enabled\": boolean, \"message\": string (optional)}.".into(),
         })?;
         known_function(&flip.function)?;
         let state = gate
-            .kill_switch
+            .kill_switch()
             .set(&flip.function, flip.enabled, flip.message.as_deref())
             .await
             .map_err(|e| match e {

@@ -9,6 +9,7 @@
 //! (`tollgate::serve::Function::handle`).
 
 pub mod config;
+pub mod error;
 mod internal_routes;
 pub mod session;
 pub mod upstream;
@@ -19,10 +20,11 @@ use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
-use tollgate::http::route_path;
 use tollgate::idempotency::IdempotencyStore;
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
+
+pub use crate::error::SessionError;
 
 use crate::config::SessionSettings;
 use crate::session::Sessions;
@@ -42,6 +44,7 @@ pub struct App {
 
 impl tollgate::serve::Function for App {
     const NAME: &'static str = FUNCTION.name;
+    type Error = SessionError;
 
     fn from_env(
         env: &Env,
@@ -110,10 +113,10 @@ impl tollgate::serve::Function for App {
         req: &Request,
         _request_id: &str,
         admission: &mut Admission,
-    ) -> Result<Response<Body>, ApiError> {
-        let path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
+    ) -> Result<Response<Body>, SessionError> {
+        let path = self.gate.route_path(req).ok_or(ApiError::NotFound)?;
         if Self::methods(path).is_some() {
-            tollgate::http::body_bytes(req, self.gate.settings.max_body_bytes)?;
+            self.gate.body(req)?;
         }
         match path {
             "/session" if req.method() == http::Method::POST => {
@@ -121,11 +124,12 @@ impl tollgate::serve::Function for App {
             }
             "/session" => Err(ApiError::MethodNotAllowed {
                 allow: SESSION_METHODS,
-            }),
-            "/internal/kill-switch" => {
-                internal_routes::kill_switch(&self.gate, req, admission).await
             }
-            _ => Err(ApiError::NotFound),
+            .into()),
+            "/internal/kill-switch" => {
+                Ok(internal_routes::kill_switch(&self.gate, req, admission).await?)
+            }
+            _ => Err(ApiError::NotFound.into()),
         }
     }
 }
