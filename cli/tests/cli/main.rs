@@ -10,6 +10,7 @@
 //! one an operator uses with the local stack.
 
 mod accounts;
+mod catalog;
 mod errors;
 mod harness;
 mod idempotency;
