@@ -7,6 +7,10 @@
 //!
 //! A CORS preflight from a listed origin gets its 204 before any guard
 //! (`tollgate::serve::Function::handle`).
+//!
+//! Its names (function, limits variable, idempotency route, table) are the catalog's
+//! ([`tollgate::catalog::EPHEMERAL_KEY`]); the provider's 503s are [`SessionError`], rendered by
+//! the shared `ClientError`.
 
 pub mod config;
 pub mod error;

@@ -9,6 +9,10 @@
 //! (`Authorization: Bearer`; failures are already counted by the `ip` layer), `client` and
 //! `global` layers on the verified client id, then its own validation and work. A CORS preflight
 //! from a listed origin gets its 204 before all of them (`tollgate::serve::Function::handle`).
+//!
+//! Its names (function, limits variable, idempotency route, tables) are the catalog's
+//! ([`tollgate::catalog::TRANSFER`]); what only it answers (`insufficient_funds`,
+//! `account_not_found`, ...) is [`TransferError`], rendered by the shared `ClientError`.
 
 pub mod config;
 pub mod domain;
