@@ -8,11 +8,12 @@
 //! | `limits show/reset` | `cmd/limits.rs` | one rate-limit counter of the current window |
 //! | `idempotency show` | `cmd/idempotency.rs` | the live record under an idempotency key |
 //! | `tables create` | `cmd/tables.rs` | the template's tables, in DynamoDB Local |
+//! | `catalog` | `cmd/catalog.rs` | the functions, tables and limits variables, for tools that cannot link the library |
 //!
 //! Every command goes through the library's stores ([`tollgate`], [`transfer::ledger`]), so the
-//! CLI writes exactly the items the functions read; the only DynamoDB code of its own is table
-//! creation ([`template`]). Where it connects is [`connect`]'s business; table names are
-//! [`table_names`]'.
+//! CLI writes exactly the items the functions read; tables are read from `template.yaml` and
+//! created by [`tollgate_template`]. Where it connects is [`connect`]'s business; function and
+//! table names are [`tollgate::catalog`]'s.
 //!
 //! [`run`] is the whole CLI as a function: arguments and a [`Context`] in, an [`Output`] (exit
 //! status, stdout, stderr) out. `main.rs` only prints that, and tests call [`run`] in process.
@@ -21,8 +22,6 @@ mod cmd;
 pub mod connect;
 mod error;
 mod output;
-pub mod table_names;
-pub mod template;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -77,6 +76,9 @@ enum Command {
     /// The DynamoDB tables of template.yaml (for DynamoDB Local).
     #[command(subcommand)]
     Tables(cmd::tables::Command),
+    /// The functions (name, idempotency route, limits variable and default) and the tables
+    /// (variable and default name); with --json, one object for tools such as xtask.
+    Catalog,
 }
 
 /// What an invocation runs in: the environment it reads settings from, the directory it
@@ -130,6 +132,10 @@ where
 }
 
 async fn execute(ctx: &Context, cli: &Cli) -> Result<output::Reply, CliError> {
+    // Facts of the code, not of a stack: no stack file or DynamoDB needed.
+    if let Command::Catalog = cli.command {
+        return Ok(cmd::catalog::run());
+    }
     let target = connect::resolve(&ctx.env, &ctx.cwd, cli.stack_file.as_deref())?;
     let deps = cmd::Deps {
         ddb: connect::dynamodb(&target, &ctx.env).await,
@@ -145,6 +151,7 @@ async fn execute(ctx: &Context, cli: &Cli) -> Result<output::Reply, CliError> {
         Command::Limits(c) => cmd::limits::run(c, &deps).await,
         Command::Idempotency(c) => cmd::idempotency::run(c, &deps).await,
         Command::Tables(c) => cmd::tables::run(c, &deps).await,
+        Command::Catalog => Ok(cmd::catalog::run()),
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
+use crate::catalog;
 use crate::client_addr::ClientIpSource;
 use crate::cors::{Cors, ORIGINS_VAR};
 use crate::ratelimit::RateLimits;
@@ -163,11 +164,6 @@ pub struct GuardSettings {
     pub cors: Cors,
 }
 
-/// Default rate-limit table name (matches `template.yaml`'s local name).
-pub const DEFAULT_RATE_LIMIT_TABLE: &str = "tollgate-rate-limits";
-/// Default control table name (kill switches).
-pub const DEFAULT_CONTROL_TABLE: &str = "tollgate-control";
-
 impl GuardSettings {
     /// Reads the shared settings; `limits_var` names the function's own limits variable
     /// (`SESSION_RATE_LIMITS`, `TRANSFER_RATE_LIMITS`) and `default_limits` its default.
@@ -215,8 +211,8 @@ impl GuardSettings {
             secrets_ttl: env.seconds_or("SECRETS_TTL_SECONDS", 300, 0)?,
             secrets_cooldown: env.seconds_or("SECRETS_COOLDOWN_SECONDS", 5, 1)?,
             upstream_cooldown: env.seconds_or("UPSTREAM_COOLDOWN_SECONDS", 5, 1)?,
-            rate_limit_table: env.string_or("RATE_LIMIT_TABLE", DEFAULT_RATE_LIMIT_TABLE),
-            control_table: env.string_or("CONTROL_TABLE", DEFAULT_CONTROL_TABLE),
+            rate_limit_table: catalog::RATE_LIMITS.resolve_for_function(env),
+            control_table: catalog::CONTROL.resolve_for_function(env),
             internal_token: env.secret_source("INTERNAL_TOKEN")?,
             origin_verify_secret,
             max_body_bytes,
@@ -237,11 +233,12 @@ mod tests {
     use super::*;
 
     fn settings(pairs: &[(&str, &str)]) -> Result<GuardSettings, ConfigError> {
+        let f = catalog::TRANSFER;
         GuardSettings::from_env(
             &Env::from_pairs(pairs.iter().copied()),
-            "transfer",
-            "TRANSFER_RATE_LIMITS",
-            "ip=300/1m,client=60/1m",
+            f.name,
+            f.limits_variable,
+            f.default_limits,
         )
     }
 
@@ -255,7 +252,7 @@ mod tests {
         assert_eq!(s.secrets_cooldown, Duration::from_secs(5));
         assert_eq!(s.upstream_cooldown, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 16 * 1024);
-        assert_eq!(s.rate_limits.to_string(), "ip=300/1m,client=60/1m");
+        assert_eq!(s.rate_limits.to_string(), catalog::TRANSFER.default_limits);
         assert!(
             !s.cors.is_enabled(),
             "CORS is off unless origins are listed"
@@ -277,8 +274,8 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_variable() {
-        let err = settings(&[("TRANSFER_RATE_LIMITS", "ip=ten/1h")]).unwrap_err();
-        assert_eq!(err.var, "TRANSFER_RATE_LIMITS");
+        let err = settings(&[(catalog::TRANSFER.limits_variable, "ip=ten/1h")]).unwrap_err();
+        assert_eq!(err.var, catalog::TRANSFER.limits_variable);
         let err = settings(&[("CLIENT_IP_SOURCE", "xff")]).unwrap_err();
         assert_eq!(err.var, "CLIENT_IP_SOURCE");
         let err = settings(&[("UPSTREAM_COOLDOWN_SECONDS", "0")]).unwrap_err();
@@ -298,14 +295,15 @@ mod tests {
     #[test]
     fn a_limits_list_without_entries_names_its_variable() {
         for empty in [",", " , ,"] {
-            let err = settings(&[("TRANSFER_RATE_LIMITS", empty)]).unwrap_err();
-            assert_eq!(err.var, "TRANSFER_RATE_LIMITS", "{empty:?}");
+            let err = settings(&[(catalog::TRANSFER.limits_variable, empty)]).unwrap_err();
+            assert_eq!(err.var, catalog::TRANSFER.limits_variable, "{empty:?}");
             assert!(err.to_string().contains("=off"), "{err}");
         }
-        let err = settings(&[("TRANSFER_RATE_LIMITS", "global=off,global=1/1d")]).unwrap_err();
-        assert_eq!(err.var, "TRANSFER_RATE_LIMITS");
+        let err =
+            settings(&[(catalog::TRANSFER.limits_variable, "global=off,global=1/1d")]).unwrap_err();
+        assert_eq!(err.var, catalog::TRANSFER.limits_variable);
         // Only layers turned off on purpose: explicit, so accepted.
-        let s = settings(&[("TRANSFER_RATE_LIMITS", "ip=off,client=off")]).unwrap();
+        let s = settings(&[(catalog::TRANSFER.limits_variable, "ip=off,client=off")]).unwrap();
         assert_eq!(s.rate_limits.iter().count(), 0);
         assert!(s.rate_limits.is_off(crate::ratelimit::Layer::Client));
     }

@@ -32,14 +32,15 @@ pub struct Caller {
     pub internal: bool,
 }
 
-/// The shared guards of one function.
+/// The shared guards of one function. Its parts are private: a function asks the gate (check,
+/// limit, refund, read a secret) instead of reaching into the limiter or the kill switch, so the
+/// order above and the settings behind it stay the gate's business.
 #[derive(Debug)]
 pub struct Gate {
-    pub settings: GuardSettings,
-    pub clock: SharedClock,
-    pub kill_switch: KillSwitch,
-    pub limiter: RateLimiter,
-    pub secrets: Arc<SecretStore>,
+    settings: GuardSettings,
+    kill_switch: KillSwitch,
+    limiter: RateLimiter,
+    secrets: Arc<SecretStore>,
 }
 
 impl Gate {
@@ -64,17 +65,46 @@ impl Gate {
                 settings.kill_switch_cache,
             )
             .with_stale_window(settings.kill_switch_stale),
-            limiter: RateLimiter::new(
-                ddb,
-                &settings.rate_limit_table,
-                &settings.function,
-                clock.clone(),
-            )
-            .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
+            limiter: RateLimiter::new(ddb, &settings.rate_limit_table, &settings.function, clock)
+                .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
             secrets,
-            clock,
             settings,
         }
+    }
+
+    /// The settings the guards were built from (base path, body limit, CORS origins, ...).
+    pub fn settings(&self) -> &GuardSettings {
+        &self.settings
+    }
+
+    /// The path to route on, after `BASE_PATH`; `None` outside it (a 404).
+    pub fn route_path<'a>(&self, req: &'a Request) -> Option<&'a str> {
+        crate::http::route_path(req, &self.settings.base_path)
+    }
+
+    /// The body, refused with 413 when over `MAX_BODY_BYTES`.
+    pub fn body<'a>(&self, req: &'a Request) -> Result<&'a [u8], ApiError> {
+        crate::http::body_bytes(req, self.settings.max_body_bytes)
+    }
+
+    /// The kill switches, for the operator's routes that show and flip them.
+    pub fn kill_switch(&self) -> &KillSwitch {
+        &self.kill_switch
+    }
+
+    /// The secret store the guards read their own secrets from, for the function's secrets.
+    pub fn secrets(&self) -> &SecretStore {
+        &self.secrets
+    }
+
+    /// Gives back every unit `admission` took: the request turned out to cost nothing.
+    pub async fn refund(&self, admission: &mut Admission) {
+        self.limiter.refund(admission).await
+    }
+
+    /// Gives back the unit `admission` took in `layer` only.
+    pub async fn refund_layer(&self, admission: &mut Admission, layer: Layer) {
+        self.limiter.refund_layer(admission, layer).await
     }
 
     /// 403 `service_disabled` when the function's kill switch is on.

@@ -7,7 +7,7 @@ use http::StatusCode;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Serialize;
 
-use crate::problem::{set_header, set_ratelimit_headers, ApiError, REQUEST_ID_HEADER};
+use crate::problem::{set_header, set_ratelimit_headers, ApiError, ClientError, REQUEST_ID_HEADER};
 use crate::ratelimit::Admission;
 
 /// The Lambda request id, or a process-unique id when there is no Lambda context (unit tests).
@@ -76,8 +76,8 @@ pub fn finish(
 }
 
 /// The response for a result: the value, or the error as problem+json.
-pub fn respond(
-    result: Result<Response<Body>, ApiError>,
+pub fn respond<E: ClientError>(
+    result: Result<Response<Body>, E>,
     request_id: &str,
     admission: Option<&Admission>,
 ) -> Response<Body> {

@@ -24,9 +24,6 @@ use aws_sdk_dynamodb::Client;
 
 use crate::clock::{retry_after_secs, SharedClock, UnixMillis};
 
-/// The functions a kill switch exists for.
-pub const FUNCTIONS: &[&str] = &["ephemeral-key", "transfer"];
-
 /// The message shown when the switch is on and the operator gave none.
 pub const DEFAULT_MESSAGE: &str = "This service is temporarily disabled.";
 /// Longest operator message accepted.

@@ -12,11 +12,15 @@
 //! | [`cors`] | a page on another origin that works only where a platform happened to add CORS, or `*` beside credentials |
 //! | [`problem`] | error bodies that leak host names, parameter names or upstream messages |
 //!
+//! [`catalog`] names the functions, tables and limits variables once, for the functions, the
+//! CLI and the tests alike.
+//!
 //! [`gate`] composes the guards in the order the contract fixes; the functions call it before
 //! doing any work of their own. Time comes from a [`clock::Clock`] so windows, TTLs and cooldowns
 //! are tested without sleeping.
 
 pub mod aws;
+pub mod catalog;
 pub mod client_addr;
 pub mod clients;
 pub mod clock;
@@ -37,4 +41,4 @@ pub mod secrets;
 pub mod serve;
 pub mod telemetry;
 
-pub use problem::ApiError;
+pub use problem::{ApiError, ClientError};

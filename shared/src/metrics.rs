@@ -11,7 +11,7 @@ use lambda_http::{Body, Response};
 use serde_json::{json, Map, Value};
 
 use crate::idempotency::REPLAYED_HEADER;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, ClientError};
 
 /// Metric namespace.
 pub const NAMESPACE: &str = "Tollgate";
@@ -88,7 +88,7 @@ pub fn emit(function: &str, event: Event<'_>) {
 }
 
 /// Records what a request came to: one line for the outcome, and one more for a 5xx.
-pub fn record(function: &str, result: &Result<Response<Body>, ApiError>) {
+pub fn record<E: ClientError>(function: &str, result: &Result<Response<Body>, E>) {
     match result {
         Ok(r) if r.headers().contains_key(REPLAYED_HEADER) => {
             emit(function, Event::IdempotentReplay)
@@ -97,14 +97,14 @@ pub fn record(function: &str, result: &Result<Response<Body>, ApiError>) {
         Ok(r) if r.status().is_server_error() => emit(function, Event::Status5xx),
         Ok(_) => {}
         Err(e) => {
-            match e {
-                ApiError::RateLimited(d) => emit(
+            match e.as_api_error() {
+                Some(ApiError::RateLimited(d)) => emit(
                     function,
                     Event::RateLimited {
                         layer: d.limit.layer().as_str(),
                     },
                 ),
-                ApiError::ServiceDisabled { .. } => emit(function, Event::KillSwitchDenied),
+                Some(ApiError::ServiceDisabled { .. }) => emit(function, Event::KillSwitchDenied),
                 _ => {}
             }
             if e.status().is_server_error() {
@@ -121,12 +121,12 @@ mod tests {
     #[test]
     fn a_rate_limit_line_has_the_layer_dimension() {
         let v: Value = serde_json::from_str(&line(
-            "transfer",
+            crate::catalog::TRANSFER.name,
             Event::RateLimited { layer: "global" },
             42,
         ))
         .unwrap();
-        assert_eq!(v["Function"], "transfer");
+        assert_eq!(v["Function"], crate::catalog::TRANSFER.name);
         assert_eq!(v["Layer"], "global");
         assert_eq!(v["RateLimited"], 1);
         let m = &v["_aws"]["CloudWatchMetrics"][0];
@@ -138,7 +138,12 @@ mod tests {
 
     #[test]
     fn other_events_have_the_function_only() {
-        let v: Value = serde_json::from_str(&line("ephemeral-key", Event::Cooldown, 1)).unwrap();
+        let v: Value = serde_json::from_str(&line(
+            crate::catalog::EPHEMERAL_KEY.name,
+            Event::Cooldown,
+            1,
+        ))
+        .unwrap();
         assert_eq!(
             v["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
             json!([["Function"]])
@@ -148,8 +153,12 @@ mod tests {
 
     #[test]
     fn a_refused_key_is_its_own_metric() {
-        let v: Value =
-            serde_json::from_str(&line("ephemeral-key", Event::UpstreamKeyRefused, 1)).unwrap();
+        let v: Value = serde_json::from_str(&line(
+            crate::catalog::EPHEMERAL_KEY.name,
+            Event::UpstreamKeyRefused,
+            1,
+        ))
+        .unwrap();
         assert_eq!(v["UpstreamKeyRefused"], 1);
         assert_eq!(
             v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"],

@@ -1,11 +1,17 @@
-//! Every error a client can see, and the one place that turns it into a response.
+//! How every error a client can see becomes a response, written once.
 //!
 //! Each boundary has its own error type (the limiter, the secret store, the kill switch, the
-//! client address). They convert into [`ApiError`], and [`ApiError::to_response`] renders the
-//! contract's `application/problem+json` body (RFC 9457). No error's `Display` text ever reaches
-//! a response: titles and details are fixed strings chosen here, or text written for people (the
-//! operator's kill-switch message, a validation detail built from our own words). Causes are
-//! logged where they are converted, never sent.
+//! client address) and converts into [`ApiError`], the errors any function may answer. Each
+//! function adds its own enum for what only it answers (the transfer function's
+//! `insufficient_funds`, ...). All of them implement [`ClientError`]: they say *what* the client
+//! is told (an [`Answer`]: status, code, title, detail, `Retry-After`), and
+//! [`ClientError::to_response`] here writes *how* (the contract's `application/problem+json`
+//! body, RFC 9457, and its headers), so the shape cannot differ between functions.
+//!
+//! No error's `Display` text ever reaches a response: titles and details are fixed strings
+//! chosen in [`ClientError::answer`], or text written for people (the operator's kill-switch
+//! message, a validation detail built from our own words). Causes are logged where they are
+//! converted, never sent.
 
 use http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::StatusCode;
@@ -24,7 +30,8 @@ pub const RATELIMIT_POLICY_HEADER: &str = "ratelimit-policy";
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10).
 pub const RATELIMIT_HEADER: &str = "ratelimit";
 
-/// An error as the client sees it.
+/// The errors any function may answer: the guards' refusals and failures, and the generic
+/// ones (bad request, not found, internal).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     /// The request is malformed; `detail` says how, in our words.
@@ -48,21 +55,6 @@ pub enum ApiError {
     RateLimited(Decision),
     #[error("temporarily unavailable")]
     Unavailable { retry_after: u64 },
-    /// A write may or may not have been applied and the store cannot say which: the client must
-    /// retry with the same idempotency key (which gets it the outcome), never a new one.
-    #[error("outcome unknown")]
-    OutcomeUnknown { retry_after: u64 },
-    #[error("account not found")]
-    AccountNotFound,
-    #[error("transfer not found")]
-    TransferNotFound,
-    #[error("insufficient funds")]
-    InsufficientFunds,
-    #[error("currency mismatch")]
-    CurrencyMismatch,
-    /// The credit would take the receiving account past the largest balance it may hold.
-    #[error("balance limit exceeded")]
-    BalanceLimitExceeded,
     /// The idempotency key was used before with a different canonical body.
     #[error("idempotency key reused")]
     IdempotencyKeyReused,
@@ -87,10 +79,144 @@ pub struct Problem {
     pub retry_after: Option<u64>,
 }
 
-impl ApiError {
-    /// Status, stable code, title and the detail a person may read.
-    fn parts(&self) -> (StatusCode, &'static str, &'static str, String) {
-        match self {
+/// What a client is told about an error; [`ClientError::to_response`] writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: StatusCode,
+    /// The stable snake_case code; the problem's `type` is `urn:tollgate:problem:{code}`.
+    pub code: &'static str,
+    pub title: &'static str,
+    /// Text for people, written by us.
+    pub detail: String,
+    /// Seconds for `Retry-After` (and the body's `retry_after`), where one is sent.
+    pub retry_after: Option<u64>,
+    /// A header some answers need besides those every problem carries.
+    pub header: Option<AnswerHeader>,
+}
+
+/// Headers only some answers carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerHeader {
+    /// 405: the methods the path accepts, e.g. `GET, PUT`.
+    Allow(&'static str),
+    /// 401: `WWW-Authenticate: Bearer`.
+    Bearer,
+    /// 429: `RateLimit-Policy` and `RateLimit` of the full layer.
+    RateLimit(Decision),
+}
+
+impl Answer {
+    /// An answer with no `Retry-After` and no extra header.
+    pub fn new(
+        status: StatusCode,
+        code: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            code,
+            title,
+            detail: detail.into(),
+            retry_after: None,
+            header: None,
+        }
+    }
+
+    /// With `Retry-After`: a whole number of seconds, at least 1.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs.max(1));
+        self
+    }
+
+    fn with_header(mut self, header: AnswerHeader) -> Self {
+        self.header = Some(header);
+        self
+    }
+}
+
+/// An error a client may see: [`ApiError`], and each function's own error enum.
+///
+/// Implementors only choose the [`Answer`]; the provided methods turn it into the response and
+/// are the only code that writes a problem+json body or its headers.
+pub trait ClientError {
+    /// What the client is told. Never built from the error's `Display` text.
+    fn answer(&self) -> Answer;
+
+    /// The shared error this is, if it is one: what the metrics count (a full layer, a kill
+    /// switch that is on) is only ever one of those.
+    fn as_api_error(&self) -> Option<&ApiError>;
+
+    fn status(&self) -> StatusCode {
+        self.answer().status
+    }
+
+    /// The stable snake_case code.
+    fn code(&self) -> &'static str {
+        self.answer().code
+    }
+
+    /// The problem body for `request_id`.
+    fn problem(&self, request_id: &str) -> Problem {
+        Problem::new(&self.answer(), request_id)
+    }
+
+    /// The full response: problem+json body, `X-Request-Id`, and `Retry-After`, `Allow`,
+    /// `WWW-Authenticate` and `RateLimit*` where they apply. (`Access-Control-Expose-Headers`
+    /// for these is [`crate::cors`]'s, added to every answer alike.)
+    fn to_response(&self, request_id: &str) -> Response<Body> {
+        render(&self.answer(), request_id)
+    }
+}
+
+impl Problem {
+    fn new(answer: &Answer, request_id: &str) -> Self {
+        Problem {
+            kind: format!("urn:tollgate:problem:{}", answer.code),
+            title: answer.title,
+            status: answer.status.as_u16(),
+            detail: answer.detail.clone(),
+            code: answer.code,
+            request_id: request_id.to_string(),
+            retry_after: answer.retry_after,
+        }
+    }
+}
+
+fn render(answer: &Answer, request_id: &str) -> Response<Body> {
+    let problem = Problem::new(answer, request_id);
+    let body = serde_json::to_vec(&problem).unwrap_or_default();
+    let mut response = Response::new(Body::Binary(body));
+    *response.status_mut() = answer.status;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    set_header(headers, REQUEST_ID_HEADER, request_id);
+    if let Some(secs) = problem.retry_after {
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    match &answer.header {
+        Some(AnswerHeader::Allow(allow)) => {
+            headers.insert(ALLOW, HeaderValue::from_static(allow));
+        }
+        Some(AnswerHeader::Bearer) => {
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        Some(AnswerHeader::RateLimit(d)) => set_ratelimit_headers(headers, d),
+        None => {}
+    }
+    response
+}
+
+impl ClientError for ApiError {
+    fn as_api_error(&self) -> Option<&ApiError> {
+        Some(self)
+    }
+
+    fn answer(&self) -> Answer {
+        let (status, code, title, detail) = match self {
             ApiError::BadRequest { detail } => (
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
@@ -151,42 +277,6 @@ impl ApiError {
                 "Temporarily unavailable",
                 format!("The service is temporarily unavailable. Retry after {retry_after} seconds."),
             ),
-            ApiError::OutcomeUnknown { retry_after } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
-                "Temporarily unavailable",
-                format!("The outcome of this request is unknown: it may or may not have been applied. Retry after {retry_after} seconds with the same Idempotency-Key, never a new one: the retry gets the outcome."),
-            ),
-            ApiError::AccountNotFound => (
-                StatusCode::NOT_FOUND,
-                "account_not_found",
-                "Account not found",
-                "No such account.".into(),
-            ),
-            ApiError::TransferNotFound => (
-                StatusCode::NOT_FOUND,
-                "transfer_not_found",
-                "Transfer not found",
-                "No such transfer.".into(),
-            ),
-            ApiError::InsufficientFunds => (
-                StatusCode::PAYMENT_REQUIRED,
-                "insufficient_funds",
-                "Insufficient funds",
-                "The balance of the from account is too low for this amount.".into(),
-            ),
-            ApiError::CurrencyMismatch => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "currency_mismatch",
-                "Currency mismatch",
-                "The two accounts hold different currencies.".into(),
-            ),
-            ApiError::BalanceLimitExceeded => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "balance_limit_exceeded",
-                "Balance limit exceeded",
-                "The transfer would take the to account past the largest balance an account may hold.".into(),
-            ),
             ApiError::IdempotencyKeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency_key_reused",
@@ -205,71 +295,34 @@ impl ApiError {
                 "Internal error",
                 "Something went wrong on our side. Retry later.".into(),
             ),
-        }
-    }
-
-    /// Seconds for `Retry-After`, where one is sent.
-    pub fn retry_after(&self) -> Option<u64> {
+        };
+        let answer = Answer::new(status, code, title, detail);
         match self {
-            ApiError::RateLimited(d) => Some(d.retry_after_secs()),
-            ApiError::Unavailable { retry_after }
-            | ApiError::OutcomeUnknown { retry_after }
-            | ApiError::RequestInProgress { retry_after } => Some((*retry_after).max(1)),
-            _ => None,
-        }
-    }
-
-    pub fn status(&self) -> StatusCode {
-        self.parts().0
-    }
-
-    /// The stable snake_case code.
-    pub fn code(&self) -> &'static str {
-        self.parts().1
-    }
-
-    /// The problem body for `request_id`.
-    pub fn problem(&self, request_id: &str) -> Problem {
-        let (status, code, title, detail) = self.parts();
-        Problem {
-            kind: format!("urn:tollgate:problem:{code}"),
-            title,
-            status: status.as_u16(),
-            detail,
-            code,
-            request_id: request_id.to_string(),
-            retry_after: self.retry_after(),
-        }
-    }
-
-    /// The full response: problem+json body, `X-Request-Id`, and `Retry-After`, `Allow` and
-    /// `RateLimit*` where they apply.
-    pub fn to_response(&self, request_id: &str) -> Response<Body> {
-        let problem = self.problem(request_id);
-        let body = serde_json::to_vec(&problem).unwrap_or_default();
-        let mut response = Response::new(Body::Binary(body));
-        *response.status_mut() = self.status();
-        let headers = response.headers_mut();
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        set_header(headers, REQUEST_ID_HEADER, request_id);
-        if let Some(secs) = problem.retry_after {
-            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-        }
-        match self {
-            ApiError::MethodNotAllowed { allow } => {
-                headers.insert(ALLOW, HeaderValue::from_static(allow));
+            ApiError::RateLimited(d) => answer
+                .retry_after(d.retry_after_secs())
+                .with_header(AnswerHeader::RateLimit(*d)),
+            ApiError::Unavailable { retry_after } | ApiError::RequestInProgress { retry_after } => {
+                answer.retry_after(*retry_after)
             }
-            ApiError::Unauthorized => {
-                headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            ApiError::RateLimited(d) => set_ratelimit_headers(headers, d),
-            _ => {}
+            ApiError::MethodNotAllowed { allow } => answer.with_header(AnswerHeader::Allow(allow)),
+            ApiError::Unauthorized => answer.with_header(AnswerHeader::Bearer),
+            _ => answer,
         }
-        response
     }
+}
+
+/// `impl From<E> for Target` through [`ApiError`] for each `E`, so `?` lifts the library's
+/// errors into a function's own error enum (which must be `From<ApiError>`) in one step:
+/// `tollgate::lift_api_errors!(TransferError: ClientStoreError, KeyError);`.
+#[macro_export]
+macro_rules! lift_api_errors {
+    ($target:ty: $($error:ty),* $(,)?) => {$(
+        impl From<$error> for $target {
+            fn from(e: $error) -> Self {
+                <$target>::from($crate::ApiError::from(e))
+            }
+        }
+    )*};
 }
 
 /// Adds a header, skipping values that are not valid header text.

@@ -11,13 +11,16 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::{ConfigError, Env};
 use crate::gate::Gate;
 use crate::http::{finish, request_id, respond, route_path};
-use crate::problem::ApiError;
+use crate::problem::{ApiError, ClientError};
 use crate::ratelimit::Admission;
 
 /// A function: built once per process from its environment, then asked to handle requests.
 pub trait Function: Send + Sync + Sized + 'static {
     /// The logical name: kill-switch key, rate-limit scope, metrics dimension.
     const NAME: &'static str;
+
+    /// What its routes may answer: the shared [`ApiError`]s and its own.
+    type Error: ClientError + From<ApiError> + Send;
 
     fn from_env(
         env: &Env,
@@ -39,7 +42,7 @@ pub trait Function: Send + Sync + Sized + 'static {
         req: &Request,
         request_id: &str,
         admission: &mut Admission,
-    ) -> impl Future<Output = Result<Response<Body>, ApiError>> + Send;
+    ) -> impl Future<Output = Result<Response<Body>, Self::Error>> + Send;
 
     /// Answers one request; never fails (errors are problem+json responses). Written once for
     /// both functions so CORS, `X-Request-Id`, the `RateLimit` fields and metrics cannot differ
@@ -49,7 +52,7 @@ pub trait Function: Send + Sync + Sized + 'static {
     fn handle(&self, req: Request) -> impl Future<Output = Response<Body>> + Send {
         async move {
             let request_id = request_id(&req);
-            let settings = &self.gate().settings;
+            let settings = self.gate().settings();
             let origin = settings.cors.listed_origin(req.headers());
             if let Some(origin) = &origin {
                 let methods = route_path(&req, &settings.base_path).and_then(Self::methods);

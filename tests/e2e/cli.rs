@@ -1,23 +1,31 @@
 //! The operator CLI against the running stack: what it writes, the running functions see.
+//!
+//! It runs the `tollgate` binary the dev stack built, as an operator would (the tests crate does
+//! not link the CLI); the stack is found through `TOLLGATE_STACK_FILE`, which the binary inherits.
+
+use std::process::Command;
 
 use serde_json::Value;
-use tollgate_cli::{Context, Output};
 
 use crate::kill_switch::session_until;
+use crate::readme::cli_dir;
 use crate::stack::{session_lock, stack, unique_key};
 use crate::{expect_status, http};
 
-/// Runs `tollgate --json <args>` in process; the stack is found through `TOLLGATE_STACK_FILE`.
+/// Runs `tollgate --json <args>`; its one JSON object.
 fn cli(args: &[&str]) -> Value {
-    let ctx = Context::from_process().expect("the CLI context");
-    let mut all = args.to_vec();
-    all.push("--json");
-    let out: Output = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(tollgate_cli::run(&ctx, all.iter().copied()));
-    assert_eq!(out.code, 0, "tollgate {args:?}: {}", out.stderr);
-    serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("tollgate {args:?}: {e}: {}", out.stdout))
+    let out = Command::new(cli_dir().join("tollgate"))
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("the tollgate binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tollgate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("tollgate {args:?}: {e}: {stdout}"))
 }
 
 #[test]

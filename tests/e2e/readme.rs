@@ -42,7 +42,7 @@ fn readme_commands(readme: &str) -> String {
 }
 
 /// `target/debug`, where the dev stack built the `tollgate` binary.
-fn cli_dir() -> PathBuf {
+pub(crate) fn cli_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let debug = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
     assert!(

@@ -1,6 +1,6 @@
-//! One integration test binary for the guards, both functions, the operator CLI, the OpenAPI
-//! document and the deploy checks, against DynamoDB Local with OpenAI and SSM stood in for over
-//! HTTP.
+//! One integration test binary for the guards, both functions, the OpenAPI document and the
+//! deploy checks, against DynamoDB Local with OpenAI and SSM stood in for over HTTP. The
+//! operator CLI's tests are the CLI's own (`cli/tests`).
 //!
 //! One binary, not one per area, because each test binary links the AWS SDK, and linking is
 //! what a build of the tests spends most of its time on. Each module is what used to be a
@@ -11,7 +11,6 @@
 //! `e2e`, `replay` and `drill` stay binaries of their own: each needs a stack of its own and
 //! xtask runs them by name.
 
-mod cli;
 mod deploy;
 mod guards;
 mod openapi;

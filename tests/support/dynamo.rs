@@ -10,7 +10,8 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use tollgate_cli::template::{self, TableDef};
+use tollgate::catalog;
+use tollgate_template::{self as template, TableDef};
 
 use crate::counting::RequestCounter;
 
@@ -88,36 +89,37 @@ impl Tables {
             transfers: format!("{prefix}-transfers"),
             idempotency: format!("{prefix}-idempotency"),
         };
-        for (logical_id, name) in [
-            ("RateLimitTable", &tables.rate_limits),
-            ("ControlTable", &tables.control),
-            ("ClientsTable", &tables.clients),
-            ("AccountsTable", &tables.accounts),
-            ("TransfersTable", &tables.transfers),
-            // One idempotency table per test serves either function.
-            ("TransferIdempotencyTable", &tables.idempotency),
-        ] {
+        for (table, name) in tables.by_table() {
             let def = template_tables()
                 .iter()
-                .find(|d| d.logical_id == logical_id)
-                .unwrap_or_else(|| panic!("template.yaml has no {logical_id}"));
+                .find(|d| d.logical_id == table.logical_id)
+                .unwrap_or_else(|| panic!("template.yaml has no {}", table.logical_id));
             template::create_table(ddb, name, def)
                 .await
-                .unwrap_or_else(|e| panic!("create table {name}: {e}"));
+                .unwrap_or_else(|e| panic!("create table {name}: {e:?}"));
         }
         tables
     }
 
+    /// Each table with the catalog entry it is made from. One idempotency table per test
+    /// serves either function (both read `IDEMPOTENCY_TABLE`), made as the transfer one.
+    fn by_table(&self) -> [(catalog::Table, &String); 6] {
+        [
+            (catalog::RATE_LIMITS, &self.rate_limits),
+            (catalog::CONTROL, &self.control),
+            (catalog::CLIENTS, &self.clients),
+            (catalog::ACCOUNTS, &self.accounts),
+            (catalog::TRANSFERS, &self.transfers),
+            (catalog::TRANSFER_IDEMPOTENCY, &self.idempotency),
+        ]
+    }
+
     /// The environment the functions read these table names from.
     pub fn env_pairs(&self) -> Vec<(String, String)> {
-        vec![
-            ("RATE_LIMIT_TABLE".into(), self.rate_limits.clone()),
-            ("CONTROL_TABLE".into(), self.control.clone()),
-            ("CLIENTS_TABLE".into(), self.clients.clone()),
-            ("ACCOUNTS_TABLE".into(), self.accounts.clone()),
-            ("TRANSFERS_TABLE".into(), self.transfers.clone()),
-            ("IDEMPOTENCY_TABLE".into(), self.idempotency.clone()),
-        ]
+        self.by_table()
+            .into_iter()
+            .map(|(table, name)| (table.function_variable.to_string(), name.clone()))
+            .collect()
     }
 }
 

@@ -16,8 +16,13 @@ pub fn settings(tables: &Tables, limits: &str, extra: &[(&str, &str)]) -> GuardS
     for (k, v) in extra {
         env.set(*k, *v);
     }
-    GuardSettings::from_env(&env, "ephemeral-key", "TEST_RATE_LIMITS", limits)
-        .expect("test settings are valid")
+    GuardSettings::from_env(
+        &env,
+        tollgate::catalog::EPHEMERAL_KEY.name,
+        "TEST_RATE_LIMITS",
+        limits,
+    )
+    .expect("test settings are valid")
 }
 
 /// Front guards, then the `ip`, `client` (when `client_id` is given, as if verified) and

@@ -2,6 +2,7 @@
 
 use ephemeral_key::App;
 use lambda_http::{Body, Request, Response};
+use tollgate::catalog;
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
 use tollgate::serve::Function;
@@ -59,10 +60,13 @@ impl SessionHarness {
         })
         .await;
         let mut env = Env::from_pairs(tables.env_pairs());
-        env.set("SESSION_RATE_LIMITS", "ip=10/1h,global=2000/1d")
-            .set("OPENAI_BASE_URL", openai.server.uri())
-            .set("INTERNAL_TOKEN", INTERNAL_TOKEN)
-            .set("UPSTREAM_TIMEOUT_SECONDS", "2");
+        env.set(
+            catalog::EPHEMERAL_KEY.limits_variable,
+            "ip=10/1h,global=2000/1d",
+        )
+        .set("OPENAI_BASE_URL", openai.server.uri())
+        .set("INTERNAL_TOKEN", INTERNAL_TOKEN)
+        .set("UPSTREAM_TIMEOUT_SECONDS", "2");
         match ssm {
             Some(_) => env.set("OPENAI_API_KEY_PARAM", "/tollgate/openai-api-key"),
             None => env.set("OPENAI_API_KEY", "sk-test-key"),

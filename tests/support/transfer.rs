@@ -2,6 +2,7 @@
 
 use lambda_http::{Body, Request, Response};
 use secrecy::ExposeSecret;
+use tollgate::catalog;
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
 use tollgate::serve::Function;
@@ -59,7 +60,10 @@ impl TransferHarness {
         let (direct, _) = dynamo::client();
         let tables = Tables::create(&direct).await;
         let mut env = Env::from_pairs(tables.env_pairs());
-        env.set("TRANSFER_RATE_LIMITS", "ip=100000/1m,client=100000/1m");
+        env.set(
+            catalog::TRANSFER.limits_variable,
+            "ip=100000/1m,client=100000/1m",
+        );
         for (k, v) in extra {
             env.set(*k, *v);
         }

@@ -17,7 +17,7 @@ use transfer::ledger::{Account, AccountError, Ledger};
 use super::{amount, Deps};
 use crate::error::CliError;
 use crate::output::Reply;
-use crate::table_names;
+use tollgate::catalog;
 
 /// Currency when neither `--currency` nor `DEFAULT_CURRENCY` is given (the function's default).
 const DEFAULT_CURRENCY: &str = "JPY";
@@ -60,7 +60,7 @@ pub enum Command {
 
 pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, CliError> {
     let ledger = ledger(deps);
-    let accounts = table_names::ACCOUNTS.resolve(deps.env);
+    let accounts = catalog::ACCOUNTS.resolve(deps.env);
     match command {
         Command::Create {
             client,
@@ -86,7 +86,7 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
                     "--currency must be three upper-case letters such as JPY (got {currency:?})"
                 )));
             }
-            let clients_table = crate::table_names::CLIENTS.resolve(deps.env);
+            let clients_table = catalog::CLIENTS.resolve(deps.env);
             let clients = tollgate::clients::ClientStore::new(
                 deps.ddb.clone(),
                 &clients_table,
@@ -148,14 +148,14 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
 fn ledger(deps: &Deps<'_>) -> Ledger {
     let idempotency = IdempotencyStore::new(
         deps.ddb.clone(),
-        table_names::TRANSFER_IDEMPOTENCY.resolve(deps.env),
+        catalog::TRANSFER_IDEMPOTENCY.resolve(deps.env),
         deps.clock.clone(),
         Duration::from_secs(86_400),
     );
     Ledger::new(
         deps.ddb.clone(),
-        table_names::ACCOUNTS.resolve(deps.env),
-        table_names::TRANSFERS.resolve(deps.env),
+        catalog::ACCOUNTS.resolve(deps.env),
+        catalog::TRANSFERS.resolve(deps.env),
         idempotency,
         deps.clock.clone(),
         DEFAULT_CURRENCY,

@@ -13,7 +13,7 @@ use tollgate::clients::ClientStore;
 use super::Deps;
 use crate::error::CliError;
 use crate::output::Reply;
-use crate::table_names;
+use tollgate::catalog;
 
 /// Longest client name accepted (a label for people, not an identifier).
 const MAX_NAME_CHARS: usize = 100;
@@ -41,7 +41,7 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
 }
 
 async fn revoke(id: &str, deps: &Deps<'_>) -> Result<Reply, CliError> {
-    let table = table_names::CLIENTS.resolve(deps.env);
+    let table = catalog::CLIENTS.resolve(deps.env);
     let store = ClientStore::new(deps.ddb.clone(), &table, deps.clock.clone(), Duration::ZERO);
     let revoked = store
         .revoke(id)
@@ -66,7 +66,7 @@ async fn create(name: &str, deps: &Deps<'_>) -> Result<Reply, CliError> {
             "--name must be 1 to {MAX_NAME_CHARS} printable characters"
         )));
     }
-    let table = table_names::CLIENTS.resolve(deps.env);
+    let table = catalog::CLIENTS.resolve(deps.env);
     let store = ClientStore::new(deps.ddb.clone(), &table, deps.clock.clone(), Duration::ZERO);
     let client = store
         .create(name)

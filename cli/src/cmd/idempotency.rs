@@ -19,20 +19,12 @@ use tollgate::idempotency::{IdempotencyKey, IdempotencyStore, Record, RecordStat
 use super::{client_addr, rfc3339, Deps};
 use crate::error::CliError;
 use crate::output::Reply;
-use crate::table_names::{self, TableName};
+use tollgate::catalog::{self, Function};
 
-/// The routes that store records, the table each uses, and whether the caller is an address.
-const ROUTES: &[(&str, TableName, Caller)] = &[
-    (
-        "POST /transfers",
-        table_names::TRANSFER_IDEMPOTENCY,
-        Caller::ClientId,
-    ),
-    (
-        "POST /session",
-        table_names::SESSION_IDEMPOTENCY,
-        Caller::Address,
-    ),
+/// The functions whose routes store records, and whether the caller is an address.
+const ROUTES: &[(Function, Caller)] = &[
+    (catalog::TRANSFER, Caller::ClientId),
+    (catalog::EPHEMERAL_KEY, Caller::Address),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,11 +53,14 @@ pub enum Command {
 pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, CliError> {
     let Command::Show { client, route, key } = command;
     let route_norm = route.split_whitespace().collect::<Vec<_>>().join(" ");
-    let (route, table, caller_kind) = ROUTES
+    let (function, caller_kind) = ROUTES
         .iter()
-        .find(|(r, _, _)| r.eq_ignore_ascii_case(&route_norm))
+        .find(|(f, _)| f.route.eq_ignore_ascii_case(&route_norm))
         .ok_or_else(|| {
-            let known: Vec<_> = ROUTES.iter().map(|(r, _, _)| format!("{r:?}")).collect();
+            let known: Vec<_> = ROUTES
+                .iter()
+                .map(|(f, _)| format!("{:?}", f.route))
+                .collect();
             CliError::new(format!(
                 "unknown route {route:?} (expected {})",
                 known.join(" or ")
@@ -80,7 +75,7 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
     };
     let key = IdempotencyKey::parse(Some(key.as_bytes()))
         .map_err(|e| CliError::new(format!("--key: {e}")))?;
-    let table = table.resolve(deps.env);
+    let table = function.idempotency_table.resolve(deps.env);
     // The TTL only matters to writes; reading needs none.
     let store = IdempotencyStore::new(
         deps.ddb.clone(),
@@ -88,6 +83,7 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
         deps.clock.clone(),
         Duration::from_secs(86_400),
     );
+    let route = function.route;
     let scope = Scope::new(&caller, route, &key);
     match store.read(&scope).await {
         Ok(Some(record)) => Ok(record_reply(&record)),

@@ -12,7 +12,7 @@ use tollgate::kill_switch::{KillSwitch, SetError, SwitchState, MAX_MESSAGE_CHARS
 use super::{function, Deps};
 use crate::error::CliError;
 use crate::output::Reply;
-use crate::table_names;
+use tollgate::catalog;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -44,12 +44,12 @@ pub struct FunctionArg {
 }
 
 pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, CliError> {
-    let table = table_names::CONTROL.resolve(deps.env);
+    let table = catalog::CONTROL.resolve(deps.env);
     // No cache: every call reads or writes the table itself.
     let switch = KillSwitch::new(deps.ddb.clone(), &table, deps.clock.clone(), Duration::ZERO);
     let (state, flipped) = match command {
         Command::Status { function: f } => {
-            let name = function(&f.name)?;
+            let name = function(&f.name)?.name;
             let state = switch
                 .status(name)
                 .await
@@ -90,7 +90,7 @@ async fn set(
     enabled: bool,
     message: Option<&str>,
 ) -> Result<SwitchState, CliError> {
-    let name = function(name)?;
+    let name = function(name)?.name;
     switch
         .set(name, enabled, message)
         .await

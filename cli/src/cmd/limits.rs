@@ -22,7 +22,7 @@ use tollgate::ratelimit::{Layer, RateLimit, RateLimiter, RateLimits};
 use super::{client_addr, function, rfc3339, Deps};
 use crate::error::CliError;
 use crate::output::Reply;
-use crate::table_names;
+use tollgate::catalog::{self, Function};
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -47,7 +47,7 @@ pub struct CounterArgs {
 
 /// One counter, resolved.
 struct Counter {
-    function: &'static str,
+    function: &'static Function,
     limit: RateLimit,
     key: String,
 }
@@ -57,12 +57,12 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
         Command::Show(a) | Command::Reset(a) => a,
     };
     let counter = counter(args, deps)?;
-    let table = table_names::RATE_LIMITS.resolve(deps.env);
+    let table = catalog::RATE_LIMITS.resolve(deps.env);
     // No block cache: it is for request floods, and the CLI makes one call.
     let limiter = RateLimiter::new(
         deps.ddb.clone(),
         &table,
-        counter.function,
+        counter.function.name,
         deps.clock.clone(),
     );
     match command {
@@ -99,7 +99,7 @@ impl Counter {
     /// The fields naming the counter.
     fn reply(&self) -> Reply {
         Reply::new()
-            .field("function", self.function)
+            .field("function", self.function.name)
             .field("layer", self.limit.layer().as_str())
             .field("key", &self.key)
     }
@@ -112,17 +112,21 @@ fn counter(args: &CounterArgs, deps: &Deps<'_>) -> Result<Counter, CliError> {
         .trim()
         .parse()
         .map_err(|e| CliError::new(format!("--layer: {e}")))?;
-    let (var, default) = limits_variable(function)?;
-    let spec = deps.env.get(var).unwrap_or(default);
+    let var = function.limits_variable;
+    let spec = function.limits(deps.env);
     let limits = RateLimits::parse(spec)
         .map_err(|e| CliError::new(format!("configuration variable {var}: {e}")))?;
     if limits.is_off(layer) {
         return Err(CliError::new(format!(
-            "{function}'s {layer} layer is off ({var}={limits}): it counts nothing, so there is no counter"
+            "{}'s {layer} layer is off ({var}={limits}): it counts nothing, so there is no counter",
+            function.name
         )));
     }
     let limit = *limits.get(layer).ok_or_else(|| {
-        CliError::new(format!("{function} has no {layer} layer ({var}={limits})"))
+        CliError::new(format!(
+            "{} has no {layer} layer ({var}={limits})",
+            function.name
+        ))
     })?;
     let key = match layer {
         Layer::Global => String::new(),
@@ -141,15 +145,4 @@ fn required_key(args: &CounterArgs, layer: Layer) -> Result<&str, CliError> {
         .as_deref()
         .filter(|k| !k.trim().is_empty())
         .ok_or_else(|| CliError::new(format!("--key is required for the {layer} layer")))
-}
-
-/// The function's limits variable and its default, from the function's own crate.
-fn limits_variable(function: &str) -> Result<(&'static str, &'static str), CliError> {
-    match function {
-        ephemeral_key::FUNCTION => Ok((ephemeral_key::LIMITS_VAR, ephemeral_key::DEFAULT_LIMITS)),
-        transfer::FUNCTION => Ok((transfer::LIMITS_VAR, transfer::DEFAULT_LIMITS)),
-        other => Err(CliError::new(format!(
-            "no rate limits are known for {other}"
-        ))),
-    }
 }

@@ -6,6 +6,7 @@
 //! failed command; clap's own usage errors keep status 2.
 
 pub mod accounts;
+pub mod catalog;
 pub mod clients;
 pub mod idempotency;
 pub mod kill_switch;
@@ -32,18 +33,14 @@ pub(crate) struct Deps<'a> {
     pub target: &'a Target,
 }
 
-/// `name` if it is one of the functions a kill switch and limits exist for.
-pub(crate) fn function(name: &str) -> Result<&'static str, CliError> {
-    tollgate::kill_switch::FUNCTIONS
-        .iter()
-        .copied()
-        .find(|f| *f == name)
-        .ok_or_else(|| {
-            CliError::new(format!(
-                "unknown function {name:?} (expected one of: {})",
-                tollgate::kill_switch::FUNCTIONS.join(", ")
-            ))
-        })
+/// The function called `name`: one a kill switch and limits exist for.
+pub(crate) fn function(name: &str) -> Result<&'static tollgate::catalog::Function, CliError> {
+    tollgate::catalog::function(name).ok_or_else(|| {
+        CliError::new(format!(
+            "unknown function {name:?} (expected one of: {})",
+            tollgate::catalog::function_names()
+        ))
+    })
 }
 
 /// A client address as the functions count it: IPv4 as is, IPv6 by its /64. Accepts a plain
@@ -123,7 +120,7 @@ mod tests {
 
     #[test]
     fn functions_are_the_kill_switch_list() {
-        assert_eq!(function("transfer").unwrap(), "transfer");
+        assert_eq!(function("transfer").unwrap(), &tollgate::catalog::TRANSFER);
         let err = function("transferr").unwrap_err();
         assert!(err.message().contains("ephemeral-key, transfer"), "{err}");
     }

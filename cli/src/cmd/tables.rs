@@ -1,7 +1,7 @@
 //! `tollgate tables create [--template PATH]`: the template's DynamoDB tables, in DynamoDB Local.
 //!
-//! Definitions come from `template.yaml` ([`crate::template`]), names from the variables the
-//! functions read ([`crate::table_names`]). Tables that exist are left alone and reported (their
+//! Definitions come from `template.yaml` ([`tollgate_template`]), names from the variables the
+//! catalog gives each table ([`tollgate::catalog`]). Tables that exist are left alone and reported (their
 //! key schema is checked against the template). Every table is known by name before any is
 //! created, so a template with a table the CLI cannot name changes nothing.
 //!
@@ -15,8 +15,8 @@ use clap::Subcommand;
 use super::Deps;
 use crate::error::CliError;
 use crate::output::Reply;
-use crate::table_names;
-use crate::template::{self, Outcome};
+use tollgate::catalog;
+use tollgate_template::{self as template, Outcome};
 
 /// The template's file name, looked for in the working directory and its parents.
 const TEMPLATE_FILE: &str = "template.yaml";
@@ -55,11 +55,11 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
     let named = defs
         .iter()
         .map(|def| {
-            table_names::by_logical_id(&def.logical_id)
+            catalog::table(&def.logical_id)
                 .map(|t| (t, t.resolve(deps.env), def))
                 .ok_or_else(|| {
                     CliError::new(format!(
-                        "{}: no table name variable is known for {}; add it to cli/src/table_names.rs",
+                        "{}: no table name variable is known for {}; add it to shared/src/catalog.rs",
                         path.display(),
                         def.logical_id
                     ))
@@ -71,7 +71,7 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
     for (table, name, def) in named {
         let outcome = template::create_table(&deps.ddb, &name, def)
             .await
-            .map_err(CliError::new)?;
+            .map_err(|e| CliError::new(crate::error::chain(&e)))?;
         reports.push(TableReport {
             logical_id: table.logical_id,
             name,
@@ -120,5 +120,21 @@ fn template_path(cwd: &Path, explicit: Option<&Path>) -> Result<PathBuf, CliErro
                     cwd.display()
                 ))
             }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The project's own template: every table it defines is in the catalog, and the reverse.
+    #[test]
+    fn the_project_template_matches_the_catalog() {
+        let tables = template::table_definitions(include_str!("../../../template.yaml")).unwrap();
+        let mut ids: Vec<_> = tables.iter().map(|t| t.logical_id.as_str()).collect();
+        let mut known: Vec<_> = catalog::TABLES.iter().map(|t| t.logical_id).collect();
+        ids.sort();
+        known.sort();
+        assert_eq!(ids, known);
     }
 }

@@ -2,10 +2,8 @@
 
 use std::time::Duration;
 
+use tollgate::catalog;
 use tollgate::config::{ConfigError, Env, SecretSource};
-
-/// Default name of the session idempotency table.
-pub const DEFAULT_IDEMPOTENCY_TABLE: &str = "tollgate-session-idempotency";
 
 /// Settings beyond the shared guards.
 #[derive(Debug, Clone)]
@@ -87,7 +85,7 @@ impl SessionSettings {
             expires_after,
             upstream_timeout: env.seconds_or("UPSTREAM_TIMEOUT_SECONDS", 5, 1)?,
             auth_cooldown: env.seconds_or("UPSTREAM_AUTH_COOLDOWN_SECONDS", 60, 1)?,
-            idempotency_table: env.string_or("IDEMPOTENCY_TABLE", DEFAULT_IDEMPOTENCY_TABLE),
+            idempotency_table: catalog::SESSION_IDEMPOTENCY.resolve_for_function(env),
             idempotency_ttl: env.seconds_or("IDEMPOTENCY_TTL_SECONDS", 86_400, 60)?,
         })
     }

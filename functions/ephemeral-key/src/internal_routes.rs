@@ -8,9 +8,10 @@
 use http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Deserialize;
+use tollgate::catalog;
 use tollgate::gate::{Caller, Gate};
-use tollgate::http::{body_bytes, json_response};
-use tollgate::kill_switch::{SetError, FUNCTIONS, MAX_MESSAGE_CHARS};
+use tollgate::http::json_response;
+use tollgate::kill_switch::{SetError, MAX_MESSAGE_CHARS};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
 
@@ -50,21 +51,21 @@ pub async fn kill_switch(
         let function = req
             .query_string_parameters_ref()
             .and_then(|q| q.first("function"))
-            .unwrap_or(&gate.settings.function)
+            .unwrap_or(&gate.settings().function)
             .to_string();
         known_function(&function)?;
-        gate.kill_switch
+        gate.kill_switch()
             .status(&function)
             .await
             .map_err(store_failed)?
     } else {
-        let body = body_bytes(req, gate.settings.max_body_bytes)?;
+        let body = gate.body(req)?;
         let flip: FlipRequest = serde_json::from_slice(body).map_err(|_| ApiError::BadRequest {
             detail: "Expected a JSON object {\"function\": string, \"enabled\": boolean, \"message\": string (optional)}.".into(),
         })?;
         known_function(&flip.function)?;
         let state = gate
-            .kill_switch
+            .kill_switch()
             .set(&flip.function, flip.enabled, flip.message.as_deref())
             .await
             .map_err(|e| match e {
@@ -80,11 +81,11 @@ pub async fn kill_switch(
 }
 
 fn known_function(name: &str) -> Result<(), ApiError> {
-    if FUNCTIONS.contains(&name) {
+    if catalog::function(name).is_some() {
         Ok(())
     } else {
         Err(ApiError::BadRequest {
-            detail: format!("function must be one of: {}.", FUNCTIONS.join(", ")),
+            detail: format!("function must be one of: {}.", catalog::function_names()),
         })
     }
 }

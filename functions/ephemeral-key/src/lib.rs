@@ -7,32 +7,35 @@
 //!
 //! A CORS preflight from a listed origin gets its 204 before any guard
 //! (`tollgate::serve::Function::handle`).
+//!
+//! Its names (function, limits variable, idempotency route, table) are the catalog's
+//! ([`tollgate::catalog::EPHEMERAL_KEY`]); the provider's 503s are [`SessionError`], rendered by
+//! the shared `ClientError`.
 
 pub mod config;
+pub mod error;
 mod internal_routes;
 pub mod session;
 pub mod upstream;
 
 use lambda_http::{Body, Request, Response};
+use tollgate::catalog;
 use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
-use tollgate::http::route_path;
 use tollgate::idempotency::IdempotencyStore;
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
+
+pub use crate::error::SessionError;
 
 use crate::config::SessionSettings;
 use crate::session::Sessions;
 use crate::upstream::Upstream;
 
-/// The function's name: its kill-switch key and rate-limit scope.
-pub const FUNCTION: &str = "ephemeral-key";
-/// Variable holding this function's limits.
-pub const LIMITS_VAR: &str = "SESSION_RATE_LIMITS";
-/// Limits when `SESSION_RATE_LIMITS` is unset.
-pub const DEFAULT_LIMITS: &str = "ip=10/1h,global=2000/1d";
+/// The function's names: kill-switch key, rate-limit scope, limits variable, idempotency route.
+pub const FUNCTION: &catalog::Function = &catalog::EPHEMERAL_KEY;
 /// What `/session` serves.
 const SESSION_METHODS: &str = "POST";
 
@@ -44,7 +47,8 @@ pub struct App {
 }
 
 impl tollgate::serve::Function for App {
-    const NAME: &'static str = FUNCTION;
+    const NAME: &'static str = FUNCTION.name;
+    type Error = SessionError;
 
     fn from_env(
         env: &Env,
@@ -52,14 +56,19 @@ impl tollgate::serve::Function for App {
         ssm: Option<aws_sdk_ssm::Client>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let guard = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
+        let guard = GuardSettings::from_env(
+            env,
+            FUNCTION.name,
+            FUNCTION.limits_variable,
+            FUNCTION.default_limits,
+        )?;
         // The `global` layer is the spend cap. Leaving it out of the list must not quietly
         // remove it: only `global=off` runs without one.
         if guard.rate_limits.get(Layer::Global).is_none()
             && !guard.rate_limits.is_off(Layer::Global)
         {
             return Err(ConfigError::new(
-                LIMITS_VAR,
+                FUNCTION.limits_variable,
                 format!(
                     "no global layer ({}): it caps the sessions minted, and so OpenAI spend; add one such as global=2000/1d, or write global=off to run without a cap on purpose",
                     guard.rate_limits
@@ -108,10 +117,10 @@ impl tollgate::serve::Function for App {
         req: &Request,
         _request_id: &str,
         admission: &mut Admission,
-    ) -> Result<Response<Body>, ApiError> {
-        let path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
+    ) -> Result<Response<Body>, SessionError> {
+        let path = self.gate.route_path(req).ok_or(ApiError::NotFound)?;
         if Self::methods(path).is_some() {
-            tollgate::http::body_bytes(req, self.gate.settings.max_body_bytes)?;
+            self.gate.body(req)?;
         }
         match path {
             "/session" if req.method() == http::Method::POST => {
@@ -119,11 +128,12 @@ impl tollgate::serve::Function for App {
             }
             "/session" => Err(ApiError::MethodNotAllowed {
                 allow: SESSION_METHODS,
-            }),
-            "/internal/kill-switch" => {
-                internal_routes::kill_switch(&self.gate, req, admission).await
             }
-            _ => Err(ApiError::NotFound),
+            .into()),
+            "/internal/kill-switch" => {
+                Ok(internal_routes::kill_switch(&self.gate, req, admission).await?)
+            }
+            _ => Err(ApiError::NotFound.into()),
         }
     }
 }
@@ -138,7 +148,10 @@ mod tests {
     use super::*;
 
     fn from_env(limits: &str) -> Result<App, ConfigError> {
-        let env = Env::from_pairs([(LIMITS_VAR, limits), ("OPENAI_API_KEY", "sk-unused")]);
+        let env = Env::from_pairs([
+            (FUNCTION.limits_variable, limits),
+            ("OPENAI_API_KEY", "sk-unused"),
+        ]);
         // Building a client sends nothing; no request is made here.
         let ddb = aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::Config::builder()
@@ -153,7 +166,7 @@ mod tests {
     fn a_configuration_without_the_spend_cap_is_refused() {
         for limits in ["ip=10/1h", "ip=10/1h,client=5/1m", "ip=off"] {
             let err = from_env(limits).map(|_| ()).unwrap_err();
-            assert_eq!(err.var, LIMITS_VAR, "{limits}");
+            assert_eq!(err.var, FUNCTION.limits_variable, "{limits}");
             assert!(err.to_string().contains("global=off"), "{err}");
         }
     }
@@ -162,6 +175,6 @@ mod tests {
     fn the_spend_cap_may_be_turned_off_on_purpose() {
         assert!(from_env("ip=10/1h,global=off").is_ok());
         assert!(from_env("global=off").is_ok());
-        assert!(from_env(DEFAULT_LIMITS).is_ok());
+        assert!(from_env(FUNCTION.default_limits).is_ok());
     }
 }

@@ -27,7 +27,7 @@ use serde_json::Value;
 use tollgate::config::SecretSource;
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
-use tollgate::http::{body_bytes, json_response};
+use tollgate::http::json_response;
 use tollgate::idempotency::{
     fingerprint, Claim, Existing, IdempotencyKey, IdempotencyStore, Lease, Scope, StoredResponse,
 };
@@ -36,6 +36,8 @@ use tollgate::json::strict_object;
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
 
+use crate::error::SessionError;
+
 use crate::config::SessionSettings;
 use crate::upstream::{ClientSecret, SecretRequest, Upstream, UpstreamError};
 
@@ -43,8 +45,6 @@ use crate::upstream::{ClientSecret, SecretRequest, Upstream, UpstreamError};
 const UPSTREAM: &str = "openai";
 /// The cooldown key of a refused API key (`UPSTREAM_AUTH_COOLDOWN_SECONDS`).
 const UPSTREAM_KEY: &str = "openai-api-key";
-/// The route idempotency keys are scoped to.
-const ROUTE: &str = "POST /session";
 
 /// What `POST /session` needs besides the gate.
 #[derive(Debug)]
@@ -69,7 +69,7 @@ impl Sessions {
         gate: &Gate,
         req: &Request,
         admission: &mut Admission,
-    ) -> Result<Response<Body>, ApiError> {
+    ) -> Result<Response<Body>, SessionError> {
         let caller = gate.front(req).await?;
         self.cooling_down()?;
         let ip = caller.addr.to_string();
@@ -87,7 +87,7 @@ impl Sessions {
         let lease = match &key {
             None => None,
             Some(key) => {
-                let scope = Scope::new(&ip, ROUTE, key);
+                let scope = Scope::new(&ip, crate::FUNCTION.route, key);
                 match self
                     .idempotency
                     .claim(&scope, &fingerprint(&canonical), self.lease())
@@ -99,19 +99,19 @@ impl Sessions {
                             Existing::Replay(_) => {
                                 // The retry of a request that already got its secret uses no
                                 // quota.
-                                gate.limiter.refund(admission).await;
+                                gate.refund(admission).await;
                                 tracing::info!(decision = "replayed", "idempotent replay");
                             }
                             // 409 or 422: no upstream call, so no spend; the address's unit
                             // stays spent, as for any refused request.
                             Existing::InProgress { .. } | Existing::KeyReused => {
-                                gate.limiter.refund_layer(admission, Layer::Global).await;
+                                gate.refund_layer(admission, Layer::Global).await;
                             }
                         }
                         return existing.into_result();
                     }
                     Err(e) => {
-                        gate.limiter.refund(admission).await;
+                        gate.refund(admission).await;
                         return Err(e.into());
                     }
                 }
@@ -132,7 +132,7 @@ impl Sessions {
                         tracing::warn!(error = %release, "could not release the idempotency key; it frees itself when the lease ends");
                     }
                 }
-                gate.limiter.refund(admission).await;
+                gate.refund(admission).await;
                 Err(e)
             }
         }
@@ -143,8 +143,8 @@ impl Sessions {
         &self,
         gate: &Gate,
         req: &Request,
-    ) -> Result<(String, Value, Option<IdempotencyKey>), ApiError> {
-        let (voice, canonical) = self.voice(body_bytes(req, gate.settings.max_body_bytes)?)?;
+    ) -> Result<(String, Value, Option<IdempotencyKey>), SessionError> {
+        let (voice, canonical) = self.voice(gate.body(req)?)?;
         // Scoped to the address, which others may share (a NAT): a guessable key would hand
         // one person's secret to another, so it must be long.
         let key = IdempotencyKey::from_headers(req.headers())?
@@ -154,7 +154,7 @@ impl Sessions {
     }
 
     /// 503 while a cooldown runs: the upstream failing, or refusing our API key.
-    fn cooling_down(&self) -> Result<(), ApiError> {
+    fn cooling_down(&self) -> Result<(), SessionError> {
         let waits = [
             (UPSTREAM, "upstream_cooldown"),
             (UPSTREAM_KEY, "upstream_key_cooldown"),
@@ -164,8 +164,8 @@ impl Sessions {
         match waits.max() {
             Some((retry_after, layer)) => {
                 tracing::info!(decision = "rejected", layer, "upstream cooling down");
-                tollgate::metrics::emit(crate::FUNCTION, tollgate::metrics::Event::Cooldown);
-                Err(ApiError::Unavailable { retry_after })
+                tollgate::metrics::emit(crate::FUNCTION.name, tollgate::metrics::Event::Cooldown);
+                Err(SessionError::Upstream { retry_after })
             }
             None => Ok(()),
         }
@@ -177,8 +177,8 @@ impl Sessions {
     }
 
     /// The voice asked for (or the default) and the body as a value for the fingerprint.
-    fn voice(&self, body: &[u8]) -> Result<(String, Value), ApiError> {
-        let bad = |detail: String| ApiError::BadRequest { detail };
+    fn voice(&self, body: &[u8]) -> Result<(String, Value), SessionError> {
+        let bad = |detail: String| SessionError::from(ApiError::BadRequest { detail });
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok((
                 self.settings.default_voice().to_string(),
@@ -205,14 +205,14 @@ impl Sessions {
     }
 
     /// The API key, the upstream call, and the one retry after the key was refused.
-    async fn mint(&self, gate: &Gate, voice: &str) -> Result<ClientSecret, ApiError> {
+    async fn mint(&self, gate: &Gate, voice: &str) -> Result<ClientSecret, SessionError> {
         let request = SecretRequest {
             model: &self.settings.model,
             voice,
             expires_after_secs: self.settings.expires_after.as_secs(),
         };
         let key = gate
-            .secrets
+            .secrets()
             .get(&self.settings.api_key)
             .await
             .inspect_err(|_| {
@@ -227,7 +227,7 @@ impl Sessions {
                 // The key may have been rotated since we cached it: read it again (one read for
                 // all the requests it refused, at most one per key cooldown) and retry once.
                 let fresh = gate
-                    .secrets
+                    .secrets()
                     .refetch_refused(&self.settings.api_key, &key, self.settings.auth_cooldown)
                     .await?;
                 if secrets_equal(
@@ -268,21 +268,24 @@ impl Sessions {
                     "OpenAI refused the API key, also as just read from the secret store: put a valid OpenAI API key into the SSM parameter named by OPENAI_API_KEY_PARAM; until then POST /session answers 503 and tries the key again once per UPSTREAM_AUTH_COOLDOWN_SECONDS"
                 );
                 tollgate::metrics::emit(
-                    crate::FUNCTION,
+                    crate::FUNCTION.name,
                     tollgate::metrics::Event::UpstreamKeyRefused,
                 );
-                Err(ApiError::Unavailable { retry_after })
+                Err(SessionError::Upstream { retry_after })
             }
             Err(e) => {
                 let pause = e
                     .retry_after()
                     .map(std::time::Duration::from_secs)
                     .unwrap_or_default()
-                    .max(gate.settings.upstream_cooldown);
+                    .max(gate.settings().upstream_cooldown);
                 let retry_after = self.cooldown.start(UPSTREAM, pause);
                 tracing::warn!(error = %e, retry_after, "upstream failed; cooling down");
-                tollgate::metrics::emit(crate::FUNCTION, tollgate::metrics::Event::UpstreamFailure);
-                Err(ApiError::Unavailable { retry_after })
+                tollgate::metrics::emit(
+                    crate::FUNCTION.name,
+                    tollgate::metrics::Event::UpstreamFailure,
+                );
+                Err(SessionError::Upstream { retry_after })
             }
         }
     }

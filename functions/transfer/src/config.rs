@@ -2,13 +2,8 @@
 
 use std::time::Duration;
 
+use tollgate::catalog;
 use tollgate::config::{ConfigError, Env};
-
-/// Default table names (the names `template.yaml` tables get locally).
-pub const DEFAULT_CLIENTS_TABLE: &str = "tollgate-clients";
-pub const DEFAULT_ACCOUNTS_TABLE: &str = "tollgate-accounts";
-pub const DEFAULT_TRANSFERS_TABLE: &str = "tollgate-transfers";
-pub const DEFAULT_IDEMPOTENCY_TABLE: &str = "tollgate-transfer-idempotency";
 
 /// The largest amount a transfer may ever move: 2^53 - 1. Idempotency fingerprints are SHA-256
 /// over the RFC 8785 canonical body, and RFC 8785 writes numbers as IEEE doubles, which hold
@@ -50,10 +45,10 @@ impl TransferSettings {
             ));
         }
         Ok(Self {
-            clients_table: env.string_or("CLIENTS_TABLE", DEFAULT_CLIENTS_TABLE),
-            accounts_table: env.string_or("ACCOUNTS_TABLE", DEFAULT_ACCOUNTS_TABLE),
-            transfers_table: env.string_or("TRANSFERS_TABLE", DEFAULT_TRANSFERS_TABLE),
-            idempotency_table: env.string_or("IDEMPOTENCY_TABLE", DEFAULT_IDEMPOTENCY_TABLE),
+            clients_table: catalog::CLIENTS.resolve_for_function(env),
+            accounts_table: catalog::ACCOUNTS.resolve_for_function(env),
+            transfers_table: catalog::TRANSFERS.resolve_for_function(env),
+            idempotency_table: catalog::TRANSFER_IDEMPOTENCY.resolve_for_function(env),
             idempotency_ttl: env.seconds_or("IDEMPOTENCY_TTL_SECONDS", 86_400, 60)?,
             max_amount,
             default_currency,

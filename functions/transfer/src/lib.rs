@@ -9,35 +9,37 @@
 //! (`Authorization: Bearer`; failures are already counted by the `ip` layer), `client` and
 //! `global` layers on the verified client id, then its own validation and work. A CORS preflight
 //! from a listed origin gets its 204 before all of them (`tollgate::serve::Function::handle`).
+//!
+//! Its names (function, limits variable, idempotency route, tables) are the catalog's
+//! ([`tollgate::catalog::TRANSFER`]); what only it answers (`insufficient_funds`,
+//! `account_not_found`, ...) is [`TransferError`], rendered by the shared `ClientError`.
 
 pub mod config;
 pub mod domain;
+pub mod error;
 pub mod ledger;
 
 use http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde::Serialize;
+use tollgate::catalog;
 use tollgate::clients::{bearer_token, ClientStore};
 use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env, GuardSettings};
 use tollgate::gate::Gate;
-use tollgate::http::{body_bytes, json_response, route_path};
+use tollgate::http::json_response;
 use tollgate::idempotency::{fingerprint, IdempotencyKey, IdempotencyStore, KeyError, Scope};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
+
+pub use crate::error::TransferError;
 
 use crate::config::TransferSettings;
 use crate::domain::{AccountId, TransferId, TransferRequest};
 use crate::ledger::Ledger;
 
-/// The function's name: its kill-switch key and rate-limit scope.
-pub const FUNCTION: &str = "transfer";
-/// Variable holding this function's limits.
-pub const LIMITS_VAR: &str = "TRANSFER_RATE_LIMITS";
-/// Limits when `TRANSFER_RATE_LIMITS` is unset.
-pub const DEFAULT_LIMITS: &str = "ip=300/1m,client=60/1m";
-/// The route an idempotency key is scoped to.
-const POST_TRANSFERS: &str = "POST /transfers";
+/// The function's names: kill-switch key, rate-limit scope, limits variable, idempotency route.
+pub const FUNCTION: &catalog::Function = &catalog::TRANSFER;
 
 /// Everything a request needs, built once per process.
 #[derive(Debug)]
@@ -55,7 +57,8 @@ enum Route<'a> {
 }
 
 impl tollgate::serve::Function for App {
-    const NAME: &'static str = FUNCTION;
+    const NAME: &'static str = FUNCTION.name;
+    type Error = TransferError;
 
     fn from_env(
         env: &Env,
@@ -63,7 +66,12 @@ impl tollgate::serve::Function for App {
         ssm: Option<aws_sdk_ssm::Client>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let guard = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
+        let guard = GuardSettings::from_env(
+            env,
+            FUNCTION.name,
+            FUNCTION.limits_variable,
+            FUNCTION.default_limits,
+        )?;
         let settings = TransferSettings::from_env(env)?;
         let idempotency = IdempotencyStore::new(
             ddb.clone(),
@@ -105,13 +113,13 @@ impl tollgate::serve::Function for App {
         req: &Request,
         request_id: &str,
         admission: &mut Admission,
-    ) -> Result<Response<Body>, ApiError> {
-        let path = route_path(req, &self.gate.settings.base_path).ok_or(ApiError::NotFound)?;
+    ) -> Result<Response<Body>, TransferError> {
+        let path = self.gate.route_path(req).ok_or(ApiError::NotFound)?;
         let (route, allow) = resolve(path).ok_or(ApiError::NotFound)?;
         if req.method().as_str() != allow {
-            return Err(ApiError::MethodNotAllowed { allow });
+            return Err(ApiError::MethodNotAllowed { allow }.into());
         }
-        body_bytes(req, self.gate.settings.max_body_bytes)?;
+        self.gate.body(req)?;
         let client_id = self.authenticated(req, admission).await?;
         match route {
             Route::Transfers => self.post_transfer(req, &client_id, request_id).await,
@@ -138,7 +146,7 @@ impl App {
         &self,
         req: &Request,
         admission: &mut Admission,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, TransferError> {
         let caller = self.gate.front(req).await?;
         let ip = caller.addr.to_string();
         self.gate
@@ -166,31 +174,39 @@ impl App {
         req: &Request,
         client_id: &str,
         request_id: &str,
-    ) -> Result<Response<Body>, ApiError> {
+    ) -> Result<Response<Body>, TransferError> {
         let key = IdempotencyKey::from_headers(req.headers())?.ok_or(KeyError::Missing)?;
-        let body = body_bytes(req, self.gate.settings.max_body_bytes)?;
+        let body = self.gate.body(req)?;
         let transfer = TransferRequest::parse(body, self.settings.max_amount)?;
-        let scope = Scope::new(client_id, POST_TRANSFERS, &key);
+        let scope = Scope::new(client_id, FUNCTION.route, &key);
         let fingerprint = fingerprint(&transfer.canonical);
         self.ledger
             .transfer(client_id, &scope, &fingerprint, &transfer, request_id)
             .await
     }
 
-    async fn get_transfer(&self, id: &str, client_id: &str) -> Result<Response<Body>, ApiError> {
+    async fn get_transfer(
+        &self,
+        id: &str,
+        client_id: &str,
+    ) -> Result<Response<Body>, TransferError> {
         // Only an id of the shape we mint can exist; see `TransferId`.
         let Some(id) = TransferId::parse(id) else {
-            return Err(ApiError::TransferNotFound);
+            return Err(TransferError::TransferNotFound);
         };
         match self.ledger.transfer_record(id.as_str()).await? {
             Some((transfer, owner)) if owner == client_id => {
                 Ok(json_response(StatusCode::OK, &transfer))
             }
-            _ => Err(ApiError::TransferNotFound),
+            _ => Err(TransferError::TransferNotFound),
         }
     }
 
-    async fn get_account(&self, id: &str, client_id: &str) -> Result<Response<Body>, ApiError> {
+    async fn get_account(
+        &self,
+        id: &str,
+        client_id: &str,
+    ) -> Result<Response<Body>, TransferError> {
         #[derive(Serialize)]
         struct View<'a> {
             account_id: &'a str,
@@ -198,7 +214,7 @@ impl App {
             currency: &'a str,
         }
         if AccountId::parse(id).is_none() {
-            return Err(ApiError::AccountNotFound);
+            return Err(TransferError::AccountNotFound);
         }
         match self.ledger.account(id).await? {
             // Another client's account is reported as missing: no existence oracle.
@@ -210,7 +226,7 @@ impl App {
                     currency: &a.currency,
                 },
             )),
-            _ => Err(ApiError::AccountNotFound),
+            _ => Err(TransferError::AccountNotFound),
         }
     }
 }

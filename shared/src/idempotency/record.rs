@@ -206,13 +206,14 @@ pub enum Existing {
 
 impl Existing {
     /// The answer to a request that found its key taken: the stored response again (marked
-    /// replayed), 422 for a reused key, or 409 while the first request is still running.
-    pub fn into_result(self) -> Result<Response<Body>, crate::ApiError> {
+    /// replayed), 422 for a reused key, or 409 while the first request is still running; in
+    /// the caller's error type (a function's own enum, or [`crate::ApiError`] itself).
+    pub fn into_result<E: From<crate::ApiError>>(self) -> Result<Response<Body>, E> {
         match self {
             Existing::Replay(stored) => Ok(stored.replay()),
-            Existing::KeyReused => Err(crate::ApiError::IdempotencyKeyReused),
+            Existing::KeyReused => Err(crate::ApiError::IdempotencyKeyReused.into()),
             Existing::InProgress { retry_after } => {
-                Err(crate::ApiError::RequestInProgress { retry_after })
+                Err(crate::ApiError::RequestInProgress { retry_after }.into())
             }
         }
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_http::{Body, Response};
+use tollgate::catalog;
 use tollgate::config::Env;
 use tollgate::cors::{ALLOWED_HEADERS, EXPOSED_HEADERS};
 use tollgate::kill_switch::KillSwitch;
@@ -91,7 +92,14 @@ fn assert_no_cors(resp: &Response<Body>) {
 #[tokio::test]
 async fn a_listed_origins_preflight_spends_nothing_on_either_function() {
     // One session per address per hour and per day: a single counted preflight would show.
-    let h = SessionHarness::new(&[ORIGINS, ("SESSION_RATE_LIMITS", "ip=1/1h,global=1/1d")]).await;
+    let h = SessionHarness::new(&[
+        ORIGINS,
+        (
+            catalog::EPHEMERAL_KEY.limits_variable,
+            "ip=1/1h,global=1/1d",
+        ),
+    ])
+    .await;
     for _ in 0..20 {
         let resp = h
             .send(
@@ -129,7 +137,8 @@ async fn a_listed_origins_preflight_spends_nothing_on_either_function() {
     assert_eq!(resp.status(), 200);
     assert_readable(&resp, APP);
 
-    let t = TransferHarness::with_env(&[ORIGINS, ("TRANSFER_RATE_LIMITS", "ip=1/1h")]).await;
+    let t =
+        TransferHarness::with_env(&[ORIGINS, (catalog::TRANSFER.limits_variable, "ip=1/1h")]).await;
     for (path, methods) in [
         ("/transfers", "POST"),
         ("/transfers/tr_0123", "GET"),
@@ -151,7 +160,7 @@ async fn a_preflight_is_answered_even_while_the_kill_switch_is_on() {
         clock,
         Duration::from_secs(5),
     )
-    .set("ephemeral-key", true, Some("Paused for today."))
+    .set(catalog::EPHEMERAL_KEY.name, true, Some("Paused for today."))
     .await
     .unwrap();
     let resp = h.send(preflight("/session", APP, "POST").request()).await;
@@ -235,7 +244,14 @@ async fn an_origin_not_listed_gets_no_cors_header() {
 
 #[tokio::test]
 async fn every_session_answer_to_a_listed_origin_is_readable() {
-    let h = SessionHarness::new(&[ORIGINS, ("SESSION_RATE_LIMITS", "ip=2/1h,global=100/1d")]).await;
+    let h = SessionHarness::new(&[
+        ORIGINS,
+        (
+            catalog::EPHEMERAL_KEY.limits_variable,
+            "ip=2/1h,global=100/1d",
+        ),
+    ])
+    .await;
     let keyed = |origin: &str| {
         SessionHarness::post("192.0.2.81", None)
             .header("origin", origin)
@@ -286,9 +302,11 @@ fn authed(event: Event, client: &TestClient) -> Event {
 
 #[tokio::test]
 async fn every_transfer_answer_to_a_listed_origin_is_readable() {
-    let h =
-        TransferHarness::with_env(&[ORIGINS, ("TRANSFER_RATE_LIMITS", "ip=100/1m,client=4/1m")])
-            .await;
+    let h = TransferHarness::with_env(&[
+        ORIGINS,
+        (catalog::TRANSFER.limits_variable, "ip=100/1m,client=4/1m"),
+    ])
+    .await;
     let alice = h.client("alice").await;
     let from = h.account(&alice, 1_000, "JPY").await;
     let to = h.account(&alice, 0, "JPY").await;

@@ -2,6 +2,7 @@
 //! failures that escaped the limit), through the guard pipeline and the internal routes.
 
 use ephemeral_key::App;
+use tollgate::catalog;
 use tollgate::config::Env;
 use tollgate::gate::Gate;
 use tollgate::serve::Function;
@@ -88,7 +89,7 @@ async fn new_app(limits: &str) -> (App, Tables, aws_sdk_dynamodb::Client) {
     let tables = Tables::create(&ddb).await;
     let (_, clock) = manual_clock();
     let mut env = Env::from_pairs(tables.env_pairs());
-    env.set("SESSION_RATE_LIMITS", limits)
+    env.set(catalog::EPHEMERAL_KEY.limits_variable, limits)
         .set("INTERNAL_TOKEN", TOKEN)
         .set("OPENAI_API_KEY", "sk-unused");
     let app = App::from_env(&env, ddb.clone(), None, clock).unwrap();

@@ -5,6 +5,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::join_all;
 use lambda_http::{Body, Response};
+use tollgate::catalog;
 use tollgate::clock::ManualClock;
 use tollgate::gate::Gate;
 use tollgate::kill_switch::{KillSwitch, SetError, DEFAULT_MESSAGE};
@@ -51,9 +52,18 @@ async fn a_flip_applies_within_the_cache_time_and_counts_nothing() {
     assert_eq!(counters[0].1, 1);
 
     // The other function is not affected by this function's switch.
-    assert!(!operator.status("transfer").await.unwrap().enabled);
+    assert!(
+        !operator
+            .status(catalog::TRANSFER.name)
+            .await
+            .unwrap()
+            .enabled
+    );
 
-    operator.set("ephemeral-key", false, None).await.unwrap();
+    operator
+        .set(catalog::EPHEMERAL_KEY.name, false, None)
+        .await
+        .unwrap();
     clock.advance(Duration::from_secs(5));
     assert_eq!(guarded(&gate, &req, None).await.status(), 200);
 }
@@ -96,12 +106,13 @@ async fn a_long_message_is_refused_and_a_missing_one_gets_a_default() {
     let (_, clock) = manual_clock();
     let ks = KillSwitch::new(ddb, &tables.control, clock, Duration::from_secs(5));
     assert!(matches!(
-        ks.set("transfer", true, Some(&"x".repeat(501))).await,
+        ks.set(catalog::TRANSFER.name, true, Some(&"x".repeat(501)))
+            .await,
         Err(SetError::MessageTooLong)
     ));
-    let state = ks.set("transfer", true, None).await.unwrap();
+    let state = ks.set(catalog::TRANSFER.name, true, None).await.unwrap();
     assert_eq!(state.message, tollgate::kill_switch::DEFAULT_MESSAGE);
-    assert_eq!(ks.status("transfer").await.unwrap(), state);
+    assert_eq!(ks.status(catalog::TRANSFER.name).await.unwrap(), state);
 }
 
 /// A gate whose DynamoDB requests go through a fault proxy, with the kill switch cached 5 s and
@@ -256,8 +267,17 @@ async fn a_malformed_switch_counts_as_on() {
 
         // The operator sees it as on too, and turning it off repairs it.
         let operator = KillSwitch::new(ddb.clone(), &tables.control, shared, Duration::ZERO);
-        assert!(operator.status("ephemeral-key").await.unwrap().enabled);
-        operator.set("ephemeral-key", false, None).await.unwrap();
+        assert!(
+            operator
+                .status(catalog::EPHEMERAL_KEY.name)
+                .await
+                .unwrap()
+                .enabled
+        );
+        operator
+            .set(catalog::EPHEMERAL_KEY.name, false, None)
+            .await
+            .unwrap();
         clock.advance(Duration::from_secs(5));
         assert_eq!(guarded(&gate, &req, None).await.status(), 200);
     }

@@ -1,5 +1,6 @@
 //! The limiter's writes when DynamoDB fails or loses an answer (through the fault proxy).
 
+use tollgate::catalog;
 use tollgate::gate::Gate;
 use tollgate::ratelimit::{Admission, LimitCheck, RateLimit, RateLimiter, Verdict};
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
@@ -39,7 +40,12 @@ async fn setup() -> Setup {
 async fn refund_disturbed_by(fault: Fault) -> (u64, usize) {
     let s = setup().await;
     let (_, clock) = manual_clock();
-    let limiter = RateLimiter::new(s.ddb.clone(), &s.tables.rate_limits, "ephemeral-key", clock);
+    let limiter = RateLimiter::new(
+        s.ddb.clone(),
+        &s.tables.rate_limits,
+        catalog::EPHEMERAL_KEY.name,
+        clock,
+    );
     let shared: RateLimit = "global=10/1d".parse().unwrap();
     let full: RateLimit = "ip=1/1h".parse().unwrap();
     let global = LimitCheck {

@@ -2,6 +2,7 @@
 //! origin (204) and from one not listed (405), and ordinary answers to a listed origin, whose
 //! CORS headers the document describes once for all responses.
 
+use tollgate::catalog;
 use tollgate_tests::events::Event;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};
 use tollgate_tests::transfer::TransferHarness;
@@ -21,7 +22,14 @@ fn preflight(path: &str, origin: &str, method: &str) -> lambda_http::Request {
 }
 
 pub async fn cors_preflights_and_cross_origin_answers(c: &Checker) {
-    let h = SessionHarness::new(&[ORIGINS, ("SESSION_RATE_LIMITS", "ip=1/1h,global=10/1d")]).await;
+    let h = SessionHarness::new(&[
+        ORIGINS,
+        (
+            catalog::EPHEMERAL_KEY.limits_variable,
+            "ip=1/1h,global=10/1d",
+        ),
+    ])
+    .await;
     for (path, method) in [("/session", "POST"), ("/internal/kill-switch", "PUT")] {
         let op = format!("OPTIONS {path}");
         let resp = h.send(preflight(path, LISTED, method)).await;

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeSet;
 
+use ephemeral_key::SessionError;
 use serde_json::{json, Value};
 use tollgate::ratelimit::Decision;
-use tollgate::ApiError;
+use tollgate::{ApiError, ClientError};
+use transfer::TransferError;
 
 use crate::openapi::spec::{escape, spec};
 
@@ -223,15 +225,16 @@ fn every_path_documents_its_cors_preflight() {
     }
 }
 
-/// Every error the library can send, one of each variant.
-fn every_api_error() -> Vec<ApiError> {
+/// Every error a function can send, one of each variant: the shared ones and each function's
+/// own.
+fn every_api_error() -> Vec<Box<dyn ClientError>> {
     let decision = Decision {
         limit: "ip=10/1h".parse().unwrap(),
         remaining: 0,
         reset_at_ms: 3_600_000,
         now_ms: 2_400_000,
     };
-    let all = vec![
+    let shared = vec![
         ApiError::BadRequest {
             detail: "The body must be a JSON object.".into(),
         },
@@ -245,18 +248,21 @@ fn every_api_error() -> Vec<ApiError> {
         ApiError::PayloadTooLarge { limit: 16_384 },
         ApiError::RateLimited(decision),
         ApiError::Unavailable { retry_after: 0 },
-        ApiError::OutcomeUnknown { retry_after: 1 },
-        ApiError::AccountNotFound,
-        ApiError::TransferNotFound,
-        ApiError::InsufficientFunds,
-        ApiError::CurrencyMismatch,
-        ApiError::BalanceLimitExceeded,
         ApiError::IdempotencyKeyReused,
         ApiError::RequestInProgress { retry_after: 3 },
         ApiError::Internal,
     ];
-    // No wildcard: a new variant fails to compile here until it is added to the list above.
-    for e in &all {
+    let transfer = vec![
+        TransferError::OutcomeUnknown { retry_after: 1 },
+        TransferError::AccountNotFound,
+        TransferError::TransferNotFound,
+        TransferError::InsufficientFunds,
+        TransferError::CurrencyMismatch,
+        TransferError::BalanceLimitExceeded,
+    ];
+    let session = vec![SessionError::Upstream { retry_after: 2 }];
+    // No wildcard: a new variant fails to compile here until it is added to a list above.
+    for e in &shared {
         match e {
             ApiError::BadRequest { .. }
             | ApiError::Unauthorized
@@ -267,17 +273,44 @@ fn every_api_error() -> Vec<ApiError> {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::RateLimited(_)
             | ApiError::Unavailable { .. }
-            | ApiError::OutcomeUnknown { .. }
-            | ApiError::AccountNotFound
-            | ApiError::TransferNotFound
-            | ApiError::InsufficientFunds
-            | ApiError::CurrencyMismatch
-            | ApiError::BalanceLimitExceeded
             | ApiError::IdempotencyKeyReused
             | ApiError::RequestInProgress { .. }
             | ApiError::Internal => {}
         }
     }
+    for e in &transfer {
+        match e {
+            // The shared errors are listed above.
+            TransferError::Api(_)
+            | TransferError::OutcomeUnknown { .. }
+            | TransferError::AccountNotFound
+            | TransferError::TransferNotFound
+            | TransferError::InsufficientFunds
+            | TransferError::CurrencyMismatch
+            | TransferError::BalanceLimitExceeded => {}
+        }
+    }
+    for e in &session {
+        match e {
+            SessionError::Api(_) | SessionError::Upstream { .. } => {}
+        }
+    }
+    let mut all: Vec<Box<dyn ClientError>> = Vec::new();
+    all.extend(
+        shared
+            .into_iter()
+            .map(|e| Box::new(e) as Box<dyn ClientError>),
+    );
+    all.extend(
+        transfer
+            .into_iter()
+            .map(|e| Box::new(e) as Box<dyn ClientError>),
+    );
+    all.extend(
+        session
+            .into_iter()
+            .map(|e| Box::new(e) as Box<dyn ClientError>),
+    );
     all
 }
 

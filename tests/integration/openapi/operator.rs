@@ -1,6 +1,7 @@
 //! The operator's `GET|PUT /internal/kill-switch` responses, checked against the document.
 
 use serde_json::json;
+use tollgate::catalog;
 use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};
@@ -112,7 +113,11 @@ pub async fn operator_reads_and_flips(c: &Checker) {
 
 /// Guessing the token is rate limited: failed attempts count in the `ip` layer.
 pub async fn operator_rate_limited(c: &Checker) {
-    let h = SessionHarness::new(&[("SESSION_RATE_LIMITS", "ip=1/1h,global=2000/1d")]).await;
+    let h = SessionHarness::new(&[(
+        catalog::EPHEMERAL_KEY.limits_variable,
+        "ip=1/1h,global=2000/1d",
+    )])
+    .await;
     let guess = |e: Event| e.from_ip("192.0.2.40").header("x-internal-token", "guess");
     let first = h.send(guess(Event::get(PATH)).request()).await;
     assert_eq!(first.status(), 401);
@@ -177,7 +182,11 @@ pub async fn operator_internal_error(c: &Checker) {
 
 /// 503: the control table cannot be used.
 pub async fn operator_unavailable(c: &Checker) {
-    let h = SessionHarness::new(&[("CONTROL_TABLE", "tollgate-openapi-missing-control")]).await;
+    let h = SessionHarness::new(&[(
+        catalog::CONTROL.function_variable,
+        "tollgate-openapi-missing-control",
+    )])
+    .await;
     let resp = h.send(get().request()).await;
     assert_eq!(code(&resp), "temporarily_unavailable");
     c.check(GET, &resp);

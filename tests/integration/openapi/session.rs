@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use tollgate::catalog;
 use tollgate::kill_switch::KillSwitch;
 use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
@@ -58,7 +59,10 @@ pub async fn session_minted_replayed_and_reused(c: &Checker) {
 pub async fn session_bad_requests(c: &Checker) {
     let h = SessionHarness::new(&[
         ("MAX_BODY_BYTES", "256"),
-        ("SESSION_RATE_LIMITS", "ip=1000/1h,global=2000/1d"),
+        (
+            catalog::EPHEMERAL_KEY.limits_variable,
+            "ip=1000/1h,global=2000/1d",
+        ),
     ])
     .await;
     // Bodies the document's schema refuses too.
@@ -129,7 +133,11 @@ pub async fn session_in_progress(c: &Checker) {
 }
 
 pub async fn session_rate_limited(c: &Checker) {
-    let h = SessionHarness::new(&[("SESSION_RATE_LIMITS", "ip=1/1h,global=2000/1d")]).await;
+    let h = SessionHarness::new(&[(
+        catalog::EPHEMERAL_KEY.limits_variable,
+        "ip=1/1h,global=2000/1d",
+    )])
+    .await;
     let admitted = h
         .send(SessionHarness::post("192.0.2.33", None).request())
         .await;
@@ -151,7 +159,11 @@ pub async fn session_kill_switch_and_cloudfront(c: &Checker) {
         clock,
         Duration::from_secs(5),
     )
-    .set("ephemeral-key", true, Some("The demo is paused for today."))
+    .set(
+        catalog::EPHEMERAL_KEY.name,
+        true,
+        Some("The demo is paused for today."),
+    )
     .await
     .unwrap();
     let resp = h

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tollgate::catalog;
 use tollgate::idempotency::{fingerprint, Claim, IdempotencyKey, Scope};
 use tollgate::kill_switch::KillSwitch;
 use tollgate_tests::events::Event;
@@ -274,7 +275,9 @@ pub async fn transfer_routing(c: &Checker) {
 }
 
 pub async fn transfer_rate_limited(c: &Checker) {
-    let h = TransferHarness::with_env(&[("TRANSFER_RATE_LIMITS", "ip=100/1m,client=1/1m")]).await;
+    let h =
+        TransferHarness::with_env(&[(catalog::TRANSFER.limits_variable, "ip=100/1m,client=1/1m")])
+            .await;
     let alice = h.client("alice").await;
     let a = h.account(&alice, 1_000, "JPY").await;
     let b = h.account(&alice, 0, "JPY").await;
@@ -406,8 +409,14 @@ pub async fn transfer_internal_error(c: &Checker) {
 /// 503: the ledger's tables cannot be used.
 pub async fn transfer_unavailable(c: &Checker) {
     let h = TransferHarness::with_env(&[
-        ("ACCOUNTS_TABLE", "tollgate-openapi-missing-accounts"),
-        ("TRANSFERS_TABLE", "tollgate-openapi-missing-transfers"),
+        (
+            catalog::ACCOUNTS.function_variable,
+            "tollgate-openapi-missing-accounts",
+        ),
+        (
+            catalog::TRANSFERS.function_variable,
+            "tollgate-openapi-missing-transfers",
+        ),
     ])
     .await;
     let alice = h.client("alice").await;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use tollgate::catalog;
 use tollgate::clock::Clock;
 use tollgate::idempotency::{fingerprint, Claim, IdempotencyKey, Scope};
 use tollgate::kill_switch::KillSwitch;
@@ -43,7 +44,11 @@ async fn lesson_000_thirteen_requests_ten_secrets_three_429s_counter_ten() {
 /// The client of lesson 000 reconnects every 3 seconds after a 429, for three simulated hours.
 #[tokio::test]
 async fn the_three_second_retry_storm_never_pushes_a_counter_past_its_limit() {
-    let h = SessionHarness::new(&[("SESSION_RATE_LIMITS", "ip=10/1h,global=2000/1d")]).await;
+    let h = SessionHarness::new(&[(
+        catalog::EPHEMERAL_KEY.limits_variable,
+        "ip=10/1h,global=2000/1d",
+    )])
+    .await;
     let start_ms = h.clock.now_ms();
     let mut admitted_per_hour = [0u32; 4];
     let mut first_of_window_admitted = Vec::new();
@@ -94,7 +99,11 @@ async fn kill_switch_on_gives_403_with_the_message_and_touches_nothing() {
         Duration::from_secs(5),
     );
     operator
-        .set("ephemeral-key", true, Some("The demo is paused for today."))
+        .set(
+            catalog::EPHEMERAL_KEY.name,
+            true,
+            Some("The demo is paused for today."),
+        )
         .await
         .unwrap();
     h.clock.advance(Duration::from_secs(5));
@@ -115,7 +124,11 @@ async fn kill_switch_on_gives_403_with_the_message_and_touches_nothing() {
 
 #[tokio::test]
 async fn internal_callers_skip_the_address_layer_but_not_the_spend_cap() {
-    let h = SessionHarness::new(&[("SESSION_RATE_LIMITS", "ip=2/1h,global=5/1d")]).await;
+    let h = SessionHarness::new(&[(
+        catalog::EPHEMERAL_KEY.limits_variable,
+        "ip=2/1h,global=5/1d",
+    )])
+    .await;
     let mut statuses = Vec::new();
     for _ in 0..7 {
         let req = SessionHarness::post("10.0.0.1", None).header("x-internal-token", INTERNAL_TOKEN);
@@ -180,7 +193,11 @@ async fn routes_and_methods() {
 /// upstream: a 400, 409 or 422 spends no global unit, and a replay spends nothing.
 #[tokio::test]
 async fn refused_requests_count_in_ip_but_never_in_global() {
-    let h = SessionHarness::new(&[("SESSION_RATE_LIMITS", "ip=100/1h,global=2000/1d")]).await;
+    let h = SessionHarness::new(&[(
+        catalog::EPHEMERAL_KEY.limits_variable,
+        "ip=100/1h,global=2000/1d",
+    )])
+    .await;
     let ip = "192.0.2.40";
     let key = "0b6f6a3e-4c4e-4b8a-9f0e-3d2c1b0a9f8e";
     for (req, what) in [
@@ -256,7 +273,11 @@ async fn refused_requests_count_in_ip_but_never_in_global() {
 /// address's windows and never moves the spend cap.
 #[tokio::test]
 async fn a_reconnect_loop_of_invalid_bodies_never_moves_global() {
-    let h = SessionHarness::new(&[("SESSION_RATE_LIMITS", "ip=10/1m,global=2000/1d")]).await;
+    let h = SessionHarness::new(&[(
+        catalog::EPHEMERAL_KEY.limits_variable,
+        "ip=10/1m,global=2000/1d",
+    )])
+    .await;
     let start_ms = h.clock.now_ms();
     let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
     while h.clock.now_ms() < start_ms + 600_000 {

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
+use tollgate::catalog;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 use tollgate_tests::transfer::{TestClient, TransferHarness};
 use tollgate_tests::{dynamo, json_body, manual_clock, TickingClock};
@@ -322,7 +323,11 @@ async fn a_deposit_whose_answer_was_lost_is_applied_once() {
 /// every failure of our tables, nothing moved, nothing stored, the key free.
 #[tokio::test]
 async fn a_refused_transaction_is_503_and_commits_nothing() {
-    let h = TransferHarness::with_env(&[("TRANSFERS_TABLE", "tollgate-no-such-table")]).await;
+    let h = TransferHarness::with_env(&[(
+        catalog::TRANSFERS.function_variable,
+        "tollgate-no-such-table",
+    )])
+    .await;
     let alice = h.client("alice").await;
     let a = h.account(&alice, 1_000, "JPY").await;
     let b = h.account(&alice, 0, "JPY").await;

@@ -1,5 +1,6 @@
 //! Refusals the contract stores under the key and replays.
 
+use tollgate::catalog;
 use tollgate_tests::json_body;
 use tollgate_tests::transfer::TransferHarness;
 
@@ -104,7 +105,9 @@ async fn transfers_in_a_non_default_currency() {
 
 #[tokio::test]
 async fn missing_and_unknown_tokens_get_401_and_are_counted_by_address() {
-    let h = TransferHarness::with_env(&[("TRANSFER_RATE_LIMITS", "ip=5/1m,client=100/1m")]).await;
+    let h =
+        TransferHarness::with_env(&[(catalog::TRANSFER.limits_variable, "ip=5/1m,client=100/1m")])
+            .await;
     let mut statuses = Vec::new();
     for i in 0..8 {
         let mut event = tollgate_tests::events::Event::post("/transfers").from_ip("192.0.2.9");

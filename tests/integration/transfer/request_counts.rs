@@ -1,11 +1,15 @@
 //! DynamoDB requests per transfer, counted by an SDK interceptor.
 
+use tollgate::catalog;
 use tollgate_tests::transfer::TransferHarness;
 
 #[tokio::test]
 async fn a_new_transfer_costs_one_transaction_and_a_replay_at_most_one_request() {
-    let h =
-        TransferHarness::with_env(&[("TRANSFER_RATE_LIMITS", "ip=1000/1m,client=1000/1m")]).await;
+    let h = TransferHarness::with_env(&[(
+        catalog::TRANSFER.limits_variable,
+        "ip=1000/1m,client=1000/1m",
+    )])
+    .await;
     let alice = h.client("alice").await;
     let a = h.account(&alice, 1_000, "JPY").await;
     let b = h.account(&alice, 0, "JPY").await;

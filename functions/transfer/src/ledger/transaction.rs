@@ -47,7 +47,9 @@ use http::StatusCode;
 use lambda_http::{Body, Response};
 use tollgate::http::json_response;
 use tollgate::idempotency::{Existing, RecordState, Scope, StoredResponse};
-use tollgate::ApiError;
+use tollgate::{ApiError, ClientError};
+
+use crate::error::TransferError;
 
 use super::items::{n, s};
 use super::{Ledger, Transfer, MAX_BALANCE};
@@ -76,7 +78,7 @@ enum Attempt {
     /// and a failure after this one proves nothing.
     Unknown,
     /// Not applied, and sending it again will not help.
-    Failed(ApiError),
+    Failed(TransferError),
 }
 
 /// How a transfer that was not answered by DynamoDB came out, found by reading the key's record.
@@ -116,7 +118,7 @@ impl Ledger {
         fingerprint: &str,
         req: &TransferRequest,
         request_id: &str,
-    ) -> Result<Response<Body>, ApiError> {
+    ) -> Result<Response<Body>, TransferError> {
         let transfer_id = tollgate::ids::new_id("tr");
         let created_at = humantime::format_rfc3339_seconds(
             std::time::UNIX_EPOCH + Duration::from_millis(self.clock.now_ms()),
@@ -148,7 +150,7 @@ impl Ledger {
         let mut built: Option<(u32, Vec<TransactWriteItem>)> = None;
         // Some attempt may have committed: no later failure proves otherwise.
         let mut unknown = false;
-        let mut failure = ApiError::Unavailable { retry_after: 1 };
+        let mut failure = TransferError::from(ApiError::Unavailable { retry_after: 1 });
         let started = std::time::Instant::now();
         for attempt in 0..MAX_ATTEMPTS {
             if attempt > 0 && started.elapsed() >= SEND_BUDGET {
@@ -239,7 +241,7 @@ impl Ledger {
             }
             Resolved::Unknown => {
                 tracing::error!(transfer_id = %transfer_id, "transfer outcome unknown: an attempt may have committed and the key's record cannot be read; the client must retry with the same key");
-                Err(ApiError::OutcomeUnknown { retry_after: 1 })
+                Err(TransferError::OutcomeUnknown { retry_after: 1 })
             }
         }
     }
@@ -432,7 +434,7 @@ impl Ledger {
                     // and resending will not help. 503 like every other failure of our tables
                     // (the reads answer so too); the log says what to check.
                     tracing::error!(error = ?other, "transfer transaction refused; check the table names and the function's permissions");
-                    Attempt::Failed(ApiError::Unavailable { retry_after: 1 })
+                    Attempt::Failed(ApiError::Unavailable { retry_after: 1 }.into())
                 }
             },
             SdkError::DispatchFailure(_)
@@ -445,7 +447,7 @@ impl Ledger {
             }
             _ => {
                 tracing::error!(error = %e, "transfer transaction could not be sent");
-                Attempt::Failed(ApiError::Internal)
+                Attempt::Failed(ApiError::Internal.into())
             }
         }
     }
@@ -480,10 +482,10 @@ impl Ledger {
         let item_of = |i: usize| failed(i).map(|r| r.item());
         // from
         let from_currency = match item_of(1) {
-            Some(None) => return Explained::Refused(ApiError::AccountNotFound),
+            Some(None) => return Explained::Refused(TransferError::AccountNotFound),
             Some(Some(item)) => {
                 if s(item, "client_id") != Some(client_id) {
-                    return Explained::Refused(ApiError::Forbidden);
+                    return Explained::Refused(ApiError::Forbidden.into());
                 }
                 s(item, "currency").unwrap_or_default().to_string()
             }
@@ -492,25 +494,25 @@ impl Ledger {
         self.remember_currency(req.from.as_str(), &from_currency);
         // to
         let to_currency = match item_of(2) {
-            Some(None) => return Explained::Refused(ApiError::AccountNotFound),
+            Some(None) => return Explained::Refused(TransferError::AccountNotFound),
             Some(Some(item)) => s(item, "currency").unwrap_or_default().to_string(),
             None => guess.to_string(),
         };
         self.remember_currency(req.to.as_str(), &to_currency);
         if from_currency != to_currency {
-            return Explained::Refused(ApiError::CurrencyMismatch);
+            return Explained::Refused(TransferError::CurrencyMismatch);
         }
         if from_currency != guess {
             return Explained::Currency(from_currency);
         }
         if let Some(Some(item)) = item_of(1) {
             if n(item, "balance").unwrap_or(0) < req.amount.get() {
-                return Explained::Refused(ApiError::InsufficientFunds);
+                return Explained::Refused(TransferError::InsufficientFunds);
             }
         }
         if let Some(Some(item)) = item_of(2) {
             if n(item, "balance").unwrap_or(0) > MAX_BALANCE - req.amount.get() {
-                return Explained::Refused(ApiError::BalanceLimitExceeded);
+                return Explained::Refused(TransferError::BalanceLimitExceeded);
             }
         }
         // The conditions hold now: the accounts changed under us. Try again.
@@ -523,9 +525,9 @@ impl Ledger {
         &self,
         scope: &Scope,
         fingerprint: &str,
-        refusal: ApiError,
+        refusal: TransferError,
         request_id: &str,
-    ) -> Result<Response<Body>, ApiError> {
+    ) -> Result<Response<Body>, TransferError> {
         tracing::info!(
             code = refusal.code(),
             "transfer refused; storing the outcome under the key"
@@ -543,7 +545,7 @@ impl Ledger {
 
 enum Explained {
     Done(Existing),
-    Refused(ApiError),
+    Refused(TransferError),
     Currency(String),
     Raced,
 }

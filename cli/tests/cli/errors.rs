@@ -1,6 +1,6 @@
 //! Failures: one line on stderr, status 1 (2 for what clap refuses), nothing on stdout.
 
-use crate::cli::harness::TestCli;
+use crate::harness::TestCli;
 
 #[tokio::test]
 async fn an_unknown_function_is_one_line_and_status_1() {
@@ -107,6 +107,6 @@ async fn an_unreachable_store_is_one_line() {
     ctx.env.set("DYNAMODB_ENDPOINT", "http://127.0.0.1:1");
     let out = tollgate_cli::run(&ctx, ["kill-switch", "status", "--function", "transfer"]).await;
     assert_eq!(out.code, 1, "{out:?}");
-    let line = crate::cli::harness::one_error_line(&out.stderr);
+    let line = crate::harness::one_error_line(&out.stderr);
     assert!(line.contains("kill switch"), "{line}");
 }

@@ -1,16 +1,17 @@
 //! Rate-limit counters: the CLI sees and resets the counter the function is counting.
 
+use tollgate::catalog;
 use tollgate::client_addr::ClientAddr;
 use tollgate::ratelimit::{Admission, Layer, LimitCheck, RateLimiter, RateLimits};
 
-use crate::cli::harness::{keys, shared, TestCli};
+use crate::harness::{keys, shared, TestCli};
 
 /// Counts `n` requests from `ip` the way ephemeral-key does (its scope, its `ip` layer).
 async fn count_session_requests(cli: &TestCli, limits: &RateLimits, ip: &str, n: usize) {
     let limiter = RateLimiter::new(
         cli.ddb.clone(),
         cli.table("RateLimitTable"),
-        ephemeral_key::FUNCTION,
+        tollgate::catalog::EPHEMERAL_KEY.name,
         shared(&cli.clock),
     );
     let key = ClientAddr::from_ip(ip.parse().unwrap()).to_string();
@@ -27,7 +28,7 @@ async fn count_session_requests(cli: &TestCli, limits: &RateLimits, ip: &str, n:
 #[tokio::test]
 async fn show_count_then_reset() {
     let limits = "ip=5/1h,global=50/1d";
-    let cli = TestCli::with_env(&[("SESSION_RATE_LIMITS", limits)]).await;
+    let cli = TestCli::with_env(&[(catalog::EPHEMERAL_KEY.limits_variable, limits)]).await;
     let show = [
         "limits",
         "show",
@@ -149,7 +150,10 @@ async fn limits_come_from_the_functions_variables_or_defaults() {
             "c",
         ])
         .await;
-    assert!(line.contains("SESSION_RATE_LIMITS"), "{line}");
+    assert!(
+        line.contains(catalog::EPHEMERAL_KEY.limits_variable),
+        "{line}"
+    );
     let line = cli
         .fails(&["limits", "show", "--function", "transfer", "--layer", "ip"])
         .await;
@@ -182,7 +186,7 @@ async fn limits_come_from_the_functions_variables_or_defaults() {
     assert!(line.contains("IP address"), "{line}");
 
     // A bad limits variable names itself, as the function's start would.
-    let cli = TestCli::with_env(&[("TRANSFER_RATE_LIMITS", "ip=ten/1m")]).await;
+    let cli = TestCli::with_env(&[(catalog::TRANSFER.limits_variable, "ip=ten/1m")]).await;
     let line = cli
         .fails(&[
             "limits",
@@ -195,12 +199,13 @@ async fn limits_come_from_the_functions_variables_or_defaults() {
             "192.0.2.1",
         ])
         .await;
-    assert!(line.contains("TRANSFER_RATE_LIMITS"), "{line}");
+    assert!(line.contains(catalog::TRANSFER.limits_variable), "{line}");
 }
 
 #[tokio::test]
 async fn a_layer_turned_off_has_no_counter_to_show_or_reset() {
-    let cli = TestCli::with_env(&[("SESSION_RATE_LIMITS", "ip=5/1h,global=off")]).await;
+    let cli =
+        TestCli::with_env(&[(catalog::EPHEMERAL_KEY.limits_variable, "ip=5/1h,global=off")]).await;
     for action in ["show", "reset"] {
         let line = cli
             .fails(&[
@@ -213,7 +218,8 @@ async fn a_layer_turned_off_has_no_counter_to_show_or_reset() {
             ])
             .await;
         assert!(
-            line.contains("global layer is off") && line.contains("SESSION_RATE_LIMITS"),
+            line.contains("global layer is off")
+                && line.contains(catalog::EPHEMERAL_KEY.limits_variable),
             "{action}: {line}"
         );
     }

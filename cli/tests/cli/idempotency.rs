@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tollgate::idempotency::{IdempotencyKey, IdempotencyStore, Scope, StoredResponse};
 
-use crate::cli::harness::{keys, shared, TestCli};
+use crate::harness::{keys, shared, TestCli};
 
 fn store(cli: &TestCli, logical_id: &str) -> IdempotencyStore {
     IdempotencyStore::new(

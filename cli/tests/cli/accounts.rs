@@ -5,7 +5,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use tollgate::clients::{token_hash, ClientStore};
 
-use crate::cli::harness::{keys, shared, TestCli};
+use crate::harness::{keys, shared, TestCli};
 
 #[tokio::test]
 async fn a_client_and_its_accounts_round_trip() {

@@ -4,7 +4,7 @@ use aws_sdk_dynamodb::types::TimeToLiveStatus;
 use tollgate::config::Env;
 use tollgate_cli::Context;
 
-use crate::cli::harness::{prefixed_names, table_defs, template_path, unique_prefix, StackDir};
+use crate::harness::{prefixed_names, table_defs, template_path, unique_prefix, StackDir};
 
 #[tokio::test]
 async fn creates_every_table_as_the_template_defines_it_and_twice_is_fine() {
@@ -24,7 +24,7 @@ async fn creates_every_table_as_the_template_defines_it_and_twice_is_fine() {
 
     let out = tollgate_cli::run(&ctx, args).await;
     assert_eq!(out.code, 0, "{out:?}");
-    let first = crate::cli::harness::single_object(&out.stdout);
+    let first = crate::harness::single_object(&out.stdout);
     let defs = table_defs();
     assert_eq!(defs.len(), 7);
     let mut created: Vec<_> = first["created"]
@@ -43,22 +43,38 @@ async fn creates_every_table_as_the_template_defines_it_and_twice_is_fine() {
         let name = &names[def.logical_id.as_str()];
         let described = ddb.describe_table().table_name(name).send().await.unwrap();
         let table = described.table().unwrap();
-        let mut keys = table.key_schema().to_vec();
-        let mut want = def.key_schema.clone();
-        keys.sort_by(|a, b| a.attribute_name().cmp(b.attribute_name()));
-        want.sort_by(|a, b| a.attribute_name().cmp(b.attribute_name()));
+        let mut keys: Vec<_> = table
+            .key_schema()
+            .iter()
+            .map(|k| (k.attribute_name(), k.key_type().as_str()))
+            .collect();
+        let mut want: Vec<_> = def
+            .key_schema
+            .iter()
+            .map(|k| (k.attribute_name.as_str(), k.key_type.as_str()))
+            .collect();
+        keys.sort();
+        want.sort();
         assert_eq!(keys, want, "{name}");
-        let mut attributes = table.attribute_definitions().to_vec();
-        let mut want = def.attribute_definitions.clone();
-        attributes.sort_by(|a, b| a.attribute_name().cmp(b.attribute_name()));
-        want.sort_by(|a, b| a.attribute_name().cmp(b.attribute_name()));
+        let mut attributes: Vec<_> = table
+            .attribute_definitions()
+            .iter()
+            .map(|a| (a.attribute_name(), a.attribute_type().as_str()))
+            .collect();
+        let mut want: Vec<_> = def
+            .attribute_definitions
+            .iter()
+            .map(|a| (a.attribute_name.as_str(), a.attribute_type.as_str()))
+            .collect();
+        attributes.sort();
+        want.sort();
         assert_eq!(attributes, want, "{name}");
         assert_eq!(
             table
                 .billing_mode_summary()
                 .and_then(|b| b.billing_mode())
-                .cloned(),
-            Some(def.billing_mode.clone()),
+                .map(|b| b.as_str()),
+            Some(def.billing_mode.as_str()),
             "{name}"
         );
 
@@ -103,7 +119,7 @@ async fn creates_every_table_as_the_template_defines_it_and_twice_is_fine() {
     // Again: everything exists, nothing fails.
     let out = tollgate_cli::run(&ctx, args).await;
     assert_eq!(out.code, 0, "{out:?}");
-    let second = crate::cli::harness::single_object(&out.stdout);
+    let second = crate::harness::single_object(&out.stdout);
     assert_eq!(second["created"], serde_json::json!([]));
     assert_eq!(second["existing"].as_array().unwrap().len(), 7);
 
@@ -155,7 +171,7 @@ async fn an_existing_table_with_another_key_schema_is_reported() {
     )
     .await;
     assert_eq!(out.code, 1, "{out:?}");
-    let line = crate::cli::harness::one_error_line(&out.stderr);
+    let line = crate::harness::one_error_line(&out.stderr);
     assert!(
         line.contains(&names["ClientsTable"]) && line.contains("key schema"),
         "{line}"
@@ -179,6 +195,6 @@ async fn refuses_a_target_that_is_not_local() {
     .await;
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(out.code, 1, "{out:?}");
-    let line = crate::cli::harness::one_error_line(&out.stderr);
+    let line = crate::harness::one_error_line(&out.stderr);
     assert!(line.contains("DynamoDB Local"), "{line}");
 }

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 use serde_json::Value;
+use tollgate::catalog::{Table, TABLES};
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
-use tollgate_cli::table_names::{TableName, TABLES};
-use tollgate_cli::template::{self, TableDef};
 use tollgate_cli::{Context, Output};
+use tollgate_template::{self as template, TableDef};
 use tollgate_tests::{dynamo, manual_clock};
 
 /// The project's SAM template.
@@ -38,7 +38,7 @@ pub fn prefixed_names(prefix: &str) -> (HashMap<&'static str, String>, Vec<(Stri
         .collect();
     let env = TABLES
         .iter()
-        .map(|t: &TableName| (t.env_var.to_string(), names[t.logical_id].clone()))
+        .map(|t: &Table| (t.variable.to_string(), names[t.logical_id].clone()))
         .collect();
     (names, env)
 }

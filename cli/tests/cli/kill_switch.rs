@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use tollgate::catalog;
 use tollgate::kill_switch::{KillSwitch, KillSwitchError, DEFAULT_MESSAGE};
 
-use crate::cli::harness::{keys, shared, TestCli};
+use crate::harness::{keys, shared, TestCli};
 
 #[tokio::test]
 async fn on_with_a_message_then_status_then_off() {
@@ -43,13 +44,13 @@ async fn on_with_a_message_then_status_then_off() {
         .await;
     assert_eq!(status, on);
     assert_eq!(
-        function.check("transfer").await,
+        function.check(catalog::TRANSFER.name).await,
         Err(KillSwitchError::Disabled {
             message: "Back at 10:00 UTC.".into()
         })
     );
     // One function's switch is not the other's.
-    assert_eq!(function.check("ephemeral-key").await, Ok(()));
+    assert_eq!(function.check(catalog::EPHEMERAL_KEY.name).await, Ok(()));
 
     let off = cli
         .json(&["kill-switch", "off", "--function", "transfer"])
@@ -59,7 +60,7 @@ async fn on_with_a_message_then_status_then_off() {
         .json(&["kill-switch", "status", "--function", "transfer"])
         .await;
     assert_eq!(status["enabled"], false);
-    assert_eq!(function.check("transfer").await, Ok(()));
+    assert_eq!(function.check(catalog::TRANSFER.name).await, Ok(()));
 }
 
 #[tokio::test]
