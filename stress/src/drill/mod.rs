@@ -13,6 +13,6 @@ pub struct Options {
     pub report: Option<PathBuf>,
 }
 
-pub async fn run(_o: Options) -> Result<(), crate::Error> {
+pub async fn run(_global: &crate::Global, _o: Options) -> Result<(), crate::Error> {
     Err("drill: not implemented yet".into())
 }
