@@ -14,17 +14,15 @@
 mod bench;
 mod browser;
 mod dev;
-mod drill;
 mod dynamodb_local;
 mod http;
 mod json;
 mod lock;
 mod openai_standin;
 mod processes;
-mod proxied;
-mod replay;
 mod setup;
 mod signal;
+mod stress;
 mod test;
 mod util;
 
@@ -94,8 +92,8 @@ fn main() -> ExitCode {
         Cmd::Dev(args) => dev::run(args),
         Cmd::Test(args) => test::run(args),
         Cmd::Screenshots => browser::screenshots(),
-        Cmd::Replay(passed) => replay::run(&passed.args),
-        Cmd::Drill(passed) => drill::run(&passed.args),
+        Cmd::Replay(passed) => stress::run("replay", &passed.args),
+        Cmd::Drill(passed) => stress::run("drill", &passed.args),
         Cmd::Bench(passed) => bench::run(&passed.args),
     };
     match result {

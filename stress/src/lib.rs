@@ -1,0 +1,87 @@
+//! The stress harness: replay, drill and bench in one crate that owns its stack.
+//!
+//! Everything but DynamoDB Local runs in this process or as its children, so the drivers arm
+//! faults, kill and restart functions and count requests directly, with no file handshakes:
+//!
+//! - [`lambda`]: a Lambda runtime API emulator (hyper), a pool of function processes per
+//!   function (spawn, SIGKILL, restart), `invoke` with a timeout, and an HTTP front (an API
+//!   Gateway stand-in) for HTTP clients such as Schemathesis. Events are built by the one
+//!   Lambda event builder, `tollgate_tests::events`.
+//! - [`replay`]: a day of hostile transfer traffic through the fault proxy, then a
+//!   reconciliation of DynamoDB against the log.
+//! - [`drill`]: attack drills against the rate limits in `cloudfront` mode.
+//! - [`bench`]: the figures in `docs/benchmarks.md`.
+//! - [`stack`]: what a run owns beside DynamoDB Local: its tables, the fault proxy, the
+//!   OpenAI stand-in and the function pools.
+//! - [`report`]: the reports' prose is in `templates/*.md`, rendered with minijinja.
+//!
+//! The fault proxy and the OpenAI stand-in come from `tollgate-tests` too: one of each.
+
+pub mod bench;
+pub mod drill;
+pub mod lambda;
+pub mod replay;
+pub mod report;
+pub mod stack;
+
+use clap::{Parser, Subcommand};
+
+/// The harness's command line (`cargo xtask replay|drill|bench` pass their arguments here).
+#[derive(Debug, Parser)]
+#[command(
+    name = "tollgate-stress",
+    about = "Replay, drill and bench: Tollgate under load and faults"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, clap::Args)]
+pub struct Global {
+    /// Where the function binaries (`transfer`, `ephemeral-key`) are; by default beside this
+    /// binary (cargo builds them into the same directory).
+    #[arg(long, global = true, env = "TOLLGATE_STRESS_BIN_DIR")]
+    pub bin_dir: Option<std::path::PathBuf>,
+}
+
+impl Global {
+    /// `--bin-dir`, or the directory of this binary.
+    pub fn bin_dir(&self) -> Result<std::path::PathBuf, Error> {
+        if let Some(dir) = &self.bin_dir {
+            return Ok(dir.clone());
+        }
+        let exe = std::env::current_exe()?;
+        Ok(exe
+            .parent()
+            .ok_or("this binary has no directory")?
+            .to_path_buf())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// A day of hostile transfer traffic with faults and kills, then a reconciliation.
+    #[command(long_about = replay::LONG_ABOUT)]
+    Replay(replay::Options),
+    /// Attack drills against the rate limits, with and without the block cache.
+    #[command(long_about = drill::LONG_ABOUT)]
+    Drill(drill::Options),
+    /// The figures in docs/benchmarks.md.
+    Bench(bench::Options),
+}
+
+/// Any failure of a run: a violation found, or a stack that would not work.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs one subcommand.
+pub async fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Replay(o) => replay::run(&cli.global, o).await,
+        Command::Drill(o) => drill::run(&cli.global, o).await,
+        Command::Bench(o) => bench::run(o).await,
+    }
+}
