@@ -11,6 +11,8 @@
 //!   reconciliation of DynamoDB against the log.
 //! - [`drill`]: attack drills against the rate limits in `cloudfront` mode.
 //! - [`bench`]: the figures in `docs/benchmarks.md`.
+//! - [`stack`]: what a run owns beside DynamoDB Local: its tables, the fault proxy, the
+//!   OpenAI stand-in and the function pools.
 //! - [`report`]: the reports' prose is in `templates/*.md`, rendered with minijinja.
 //!
 //! The fault proxy and the OpenAI stand-in come from `tollgate-tests` too: one of each.
@@ -20,6 +22,7 @@ pub mod drill;
 pub mod lambda;
 pub mod replay;
 pub mod report;
+pub mod stack;
 
 use clap::{Parser, Subcommand};
 
@@ -30,8 +33,33 @@ use clap::{Parser, Subcommand};
     about = "Replay, drill and bench: Tollgate under load and faults"
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, clap::Args)]
+pub struct Global {
+    /// Where the function binaries (`transfer`, `ephemeral-key`) are; by default beside this
+    /// binary (cargo builds them into the same directory).
+    #[arg(long, global = true, env = "TOLLGATE_STRESS_BIN_DIR")]
+    pub bin_dir: Option<std::path::PathBuf>,
+}
+
+impl Global {
+    /// `--bin-dir`, or the directory of this binary.
+    pub fn bin_dir(&self) -> Result<std::path::PathBuf, Error> {
+        if let Some(dir) = &self.bin_dir {
+            return Ok(dir.clone());
+        }
+        let exe = std::env::current_exe()?;
+        Ok(exe
+            .parent()
+            .ok_or("this binary has no directory")?
+            .to_path_buf())
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,8 +78,8 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 /// Runs one subcommand.
 pub async fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
-        Command::Replay(o) => replay::run(o).await,
-        Command::Drill(o) => drill::run(o).await,
+        Command::Replay(o) => replay::run(&cli.global, o).await,
+        Command::Drill(o) => drill::run(&cli.global, o).await,
         Command::Bench(o) => bench::run(o).await,
     }
 }

@@ -1,2 +1,38 @@
-//! Reports: the prose is in `templates/*.md`; Rust computes the figures and renders them with
-//! minijinja. (Work in progress.)
+//! Reports: the prose is in `templates/*.md` (compiled in); Rust computes the figures and
+//! renders them with minijinja.
+//!
+//! Blocks (`{% for %}`, `{% if %}`) take their own line and leave no blank line behind
+//! (`trim_blocks`, `lstrip_blocks`), so a template reads like the Markdown it makes.
+
+use minijinja::Environment;
+use serde::Serialize;
+
+/// Renders `template` (a file of `templates/`, by name) with `context`.
+pub fn render(
+    name: &str,
+    template: &str,
+    context: impl Serialize,
+) -> Result<String, minijinja::Error> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(true);
+    env.add_template(name, template)?;
+    env.get_template(name)?.render(context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_leave_no_blank_lines() {
+        let out = render(
+            "t",
+            "# T\n\n{% for x in xs %}\n- {{ x }}\n{% endfor %}\nend\n",
+            serde_json::json!({"xs": [1, 2]}),
+        )
+        .unwrap();
+        assert_eq!(out, "# T\n\n- 1\n- 2\nend\n");
+    }
+}

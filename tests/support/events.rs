@@ -1,6 +1,12 @@
 //! Lambda HTTP events, built as JSON and parsed by `lambda_http` itself, so tests go through the
 //! same request-context parsing as a deployed function.
+//!
+//! The one event builder of the workspace: the integration tests hand [`Event::request`] to a
+//! handler in process, and the stress harness (`tollgate-stress`) sends [`Event::to_json`] to
+//! function processes through its Lambda runtime API emulator ([`Event::from_http`] turns an
+//! HTTP request into an event, as API Gateway does).
 
+use base64::Engine as _;
 use lambda_http::Request;
 use serde_json::{json, Map, Value};
 
@@ -13,6 +19,9 @@ pub struct Event {
     source_ip: String,
     headers: Map<String, Value>,
     body: Option<String>,
+    /// `body` is base64 (the request's body was not UTF-8), as API Gateway marks it.
+    base64: bool,
+    request_id: String,
 }
 
 impl Event {
@@ -24,7 +33,49 @@ impl Event {
             source_ip: "203.0.113.10".to_string(),
             headers: Map::new(),
             body: None,
+            base64: false,
+            request_id: "req-test".to_string(),
         }
+    }
+
+    /// The event API Gateway would make of `req` arriving from `source_ip`: method, path,
+    /// query, every header field (repeated ones kept apart) and the body (base64 when it is not
+    /// UTF-8).
+    pub fn from_http<B: AsRef<[u8]>>(req: &http::Request<B>, source_ip: &str) -> Self {
+        let mut event = Self::new(req.method().as_str(), req.uri().path())
+            .query(req.uri().query().unwrap_or(""))
+            .from_ip(source_ip);
+        for name in req.headers().keys() {
+            let values: Vec<_> = req.headers().get_all(name).iter().collect();
+            for value in &values {
+                let value = String::from_utf8_lossy(value.as_bytes());
+                // A field sent once is a string in the event, as API Gateway sends it.
+                event = if values.len() == 1 {
+                    event.header(name.as_str(), &value)
+                } else {
+                    event.append_header(name.as_str(), &value)
+                };
+            }
+        }
+        let body = req.body().as_ref();
+        if !body.is_empty() {
+            event = match std::str::from_utf8(body) {
+                Ok(text) => event.body(text),
+                Err(_) => {
+                    let mut event =
+                        event.body(base64::engine::general_purpose::STANDARD.encode(body));
+                    event.base64 = true;
+                    event
+                }
+            };
+        }
+        event
+    }
+
+    /// The request id in the request context (API Gateway's own id for the request).
+    pub fn request_id(mut self, id: &str) -> Self {
+        self.request_id = id.to_string();
+        self
     }
 
     pub fn get(path: &str) -> Self {
@@ -106,14 +157,14 @@ impl Event {
                     "sourceIp": self.source_ip,
                     "userAgent": "tollgate-tests"
                 },
-                "requestId": "req-test",
+                "requestId": self.request_id,
                 "routeKey": "$default",
                 "stage": "$default",
                 "time": "01/Jan/2026:00:00:01 +0000",
                 "timeEpoch": 1767225601000u64
             },
             "body": self.body,
-            "isBase64Encoded": false
+            "isBase64Encoded": self.base64
         })
     }
 

@@ -1,2 +1,62 @@
-//! The functions as Lambda runs them: a runtime API emulator, a pool of function processes,
-//! `invoke`, and an HTTP front. (Work in progress.)
+//! The functions as Lambda runs them, in this process: each function is a pool of its binary's
+//! processes behind a Lambda runtime API emulator, invoked directly or through an HTTP front.
+//!
+//! - [`runtime_api`]: the `2018-06-01` runtime API (`GET /runtime/invocation/next`,
+//!   `POST /runtime/invocation/{id}/response|error`, `POST /runtime/init/error`) on hyper, one
+//!   listener per process, so the emulator knows which process holds which invocation.
+//! - [`pool`]: [`Function`], K processes of one binary sharing one queue of invocations;
+//!   SIGKILL one ([`Function::kill`]), add one ([`Function::spawn_instance`]), restart all with
+//!   other variables ([`Function::restart`]); [`Function::invoke`] turns an `http::Request` into
+//!   an event with the workspace's one event builder (`tollgate_tests::events::Event`) and the
+//!   function's answer back into an `http::Response`.
+//! - [`front`]: an HTTP server that does the same for HTTP clients (an API Gateway stand-in),
+//!   for tools that only speak HTTP (Schemathesis in the bench).
+//!
+//! What a client sees follows Lambda behind a function URL: a process that dies holding an
+//! invocation, or a function that reports an error, answers 502; no answer within the timeout
+//! is [`Lost`] (the front answers 504).
+
+pub mod front;
+pub mod pool;
+mod response;
+pub mod runtime_api;
+
+pub use front::Front;
+pub use pool::{Function, FunctionSpec, SourceIp};
+
+use std::time::Duration;
+
+/// No HTTP answer from an invocation.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Lost {
+    /// The function did not answer within the invocation timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The function answered with something that is not a Lambda HTTP response.
+    #[error("the function's answer is not a Lambda HTTP response: {0}")]
+    BadResponse(String),
+    /// The pool was stopped.
+    #[error("the function `{0}` is stopped")]
+    Stopped(String),
+}
+
+/// A pool that could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot start `{binary}`: {source}")]
+    Spawn {
+        binary: String,
+        source: std::io::Error,
+    },
+    #[error("cannot open a listener for the runtime API: {0}")]
+    Listen(std::io::Error),
+    #[error("`{function}` did not start: {why}")]
+    Init { function: String, why: String },
+    #[error("`{function}` has no process {pid}")]
+    NoSuchProcess { function: String, pid: u32 },
+    #[error("cannot open the function log {path}: {source}")]
+    Log {
+        path: String,
+        source: std::io::Error,
+    },
+}

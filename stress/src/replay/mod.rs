@@ -1,9 +1,42 @@
-//! `replay`: a day of hostile transfer traffic through the real functions. (Work in progress.)
+//! `replay`: a day of hostile transfer traffic through the real `transfer` binary, with faults
+//! between it and DynamoDB, process kills, and a reconciliation of DynamoDB, read directly,
+//! against a ledger computed from the log.
+//!
+//! - [`plan`]: the day generated from the seed (who sends what, under which key);
+//! - [`run`]: the simulated bank clients and their retry rules, the fault schedule armed on the
+//!   proxy as the traffic goes, the kills;
+//! - [`check`]: the reconciliation;
+//! - [`day`]: all of it on one [`Stack`], and the report's figures (`templates/replay.md`).
+//!
+//! The stack is this process's: the fault proxy, the `transfer` pool (`--instances`
+//! processes) and the kills are calls, not files.
+
+mod check;
+mod day;
+mod plan;
+mod run;
 
 use std::path::PathBuf;
 
-/// What to replay (the same options and defaults as `cargo xtask replay` had).
+use crate::stack::{self, Stack};
+use crate::Global;
+
+/// What to replay (the same options and defaults as `cargo xtask replay` always had).
 #[derive(Debug, Clone, clap::Args)]
+#[command(
+    about = "Replays a day of transfer traffic with faults and kills, then reconciles DynamoDB",
+    long_about = "Replays a day of transfer traffic generated from the seed: at least --requests \
+requests over --accounts accounts of --clients clients, with lost responses and retries under the \
+same key (some much later), 2-5 concurrent duplicates, keys reused with a changed body, \
+insufficient funds, bad input and invalid tokens. Through the real transfer binary (--instances \
+processes under the harness's Lambda runtime API; --concurrency requests in flight), with a fault \
+proxy between it and DynamoDB Local (a fault armed for about --fault-rate of the requests: dropped \
+requests, responses dropped after commit, 500s, delays below and past the SDK's timeout, \
+throttling, and for transactions TransactionInProgress, a TransactionConflict on the debited \
+account and IdempotentParameterMismatch), and --kills SIGKILLs of a transfer process, each \
+followed by a new process. Then reconciles DynamoDB, read directly, against a ledger computed \
+from the log; prints a report (also to --report), exits non-zero on any violation."
+)]
 pub struct Options {
     /// Seed of the generated day.
     #[arg(long, default_value_t = 1)]
@@ -23,7 +56,7 @@ pub struct Options {
     /// `transfer` processes.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub instances: u32,
-    /// SIGKILLs of a transfer process, each followed by a restart.
+    /// SIGKILLs of a transfer process, each followed by a new one.
     #[arg(long, default_value_t = 2)]
     pub kills: usize,
     /// About this share of the requests gets a fault armed.
@@ -32,11 +65,47 @@ pub struct Options {
     /// Also write the report to this file.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Damage the ledger in DynamoDB before reconciling: the run must then fail.
+    /// Damage the ledger in DynamoDB before reconciling (copy one transfer record, delete
+    /// another, raise one balance), to show that the checks fail.
     #[arg(long)]
     pub sabotage: bool,
 }
 
-pub async fn run(_o: Options) -> Result<(), crate::Error> {
-    Err("replay: not implemented yet".into())
+/// Runs the replay; Err on any violation.
+pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
+    if o.accounts < 2 * o.clients {
+        return Err("need at least two accounts per client (--accounts, --clients)".into());
+    }
+    let stack = Stack::start(stack::Options {
+        bin_dir: &global.bin_dir()?,
+        transfer_instances: o.instances as usize,
+        session: false,
+        // The replay tests transfers, not limits.
+        env: vec![(
+            "TRANSFER_RATE_LIMITS".into(),
+            "ip=10000000/1m,client=10000000/1m".into(),
+        )],
+        name: "replay",
+    })
+    .await?;
+    let figures = day::day(&o, &stack).await;
+    let violations = figures.violations;
+    let report = crate::report::render(
+        "replay.md",
+        include_str!("../../templates/replay.md"),
+        &figures,
+    )?;
+    println!("{report}");
+    if let Some(path) = &o.report {
+        std::fs::write(path, &report)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!("report written to {}", path.display());
+    }
+    stack.stop(violations > 0).await;
+    if violations > 0 {
+        return Err(
+            format!("the replay found {violations} violation(s); see the report above").into(),
+        );
+    }
+    Ok(())
 }

@@ -1,17 +1,21 @@
 //! Sending the day: simulated bank clients with their retry rules, the fault schedule armed on
 //! the proxy as the traffic goes, and the process kills.
+//!
+//! Requests go straight to the `transfer` pool ([`Function::invoke`]): what a bank client
+//! cannot tell apart (no answer, a timeout, a hang-up) is one outcome, [`Outcome::Lost`].
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 
-use crate::http::{self, Mode, Sent};
-use crate::plan::{Kind, Logical, Rng};
+use crate::lambda::Function;
+
+use super::plan::{Kind, Logical, Rng};
 
 /// Attempts per body before the client gives up and records "unknown".
 const MAX_ATTEMPTS: u32 = 10;
@@ -65,8 +69,18 @@ pub fn transient(status: u16) -> bool {
     status == 409 || status >= 500
 }
 
+/// How a request is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Wait for the answer (up to the timeout).
+    Normal,
+    /// Send the request, then hang up after a few milliseconds without waiting for the
+    /// answer: a response lost on the way back (the invocation still runs).
+    HangUp(u64),
+}
+
 pub struct Traffic {
-    pub url: String,
+    pub transfer: Arc<Function>,
     pub tokens: Vec<String>,
     pub sent: AtomicUsize,
     pub retries: AtomicUsize,
@@ -77,9 +91,14 @@ pub struct Traffic {
 }
 
 impl Traffic {
-    pub fn new(url: String, tokens: Vec<String>, concurrency: usize, day_end: usize) -> Self {
+    pub fn new(
+        transfer: Arc<Function>,
+        tokens: Vec<String>,
+        concurrency: usize,
+        day_end: usize,
+    ) -> Self {
         Self {
-            url,
+            transfer,
             tokens,
             sent: AtomicUsize::new(0),
             retries: AtomicUsize::new(0),
@@ -111,38 +130,52 @@ impl Traffic {
     }
 
     async fn exchange(&self, l: &Logical, body: usize, mode: Mode) -> Outcome {
-        let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
+        let mut req = http::Request::post("/transfers").header("content-type", "application/json");
         match &l.bad_auth {
-            None => headers.push((
-                "Authorization".into(),
-                format!("Bearer {}", self.tokens[l.client]),
-            )),
-            Some(Some(value)) => headers.push(("Authorization".into(), value.clone())),
+            None => req = req.header("authorization", format!("Bearer {}", self.tokens[l.client])),
+            Some(Some(value)) => req = req.header("authorization", value.as_str()),
             Some(None) => {}
         }
         if let Some(key) = &l.key {
-            headers.push(("Idempotency-Key".into(), key.clone()));
+            req = req.header("idempotency-key", key.as_str());
         }
-        let url = format!("{}/transfers", self.url);
-        let req = http::Request {
-            method: "POST",
-            url: &url,
-            headers: &headers,
-            body: l.bodies[body].raw.as_bytes(),
+        let req = match req.body(Bytes::from(l.bodies[body].raw.clone())) {
+            Ok(req) => req,
+            // A header the plan made that HTTP cannot carry never reaches the function.
+            Err(e) => return Outcome::Lost(format!("not sendable: {e}")),
         };
         let _permit = self.in_flight.acquire().await.expect("semaphore open");
         self.sent.fetch_add(1, Ordering::SeqCst);
-        match http::send(&req, mode, ANSWER_TIMEOUT).await {
-            Sent::Answered(r) => Outcome::Answer {
-                status: r.status,
-                replayed: r.header("idempotent-replayed") == Some("true"),
-                code: r
-                    .json()
+        let answer = match mode {
+            Mode::Normal => tokio::time::timeout(ANSWER_TIMEOUT, self.transfer.invoke(req)).await,
+            Mode::HangUp(ms) => {
+                match tokio::time::timeout(Duration::from_millis(ms), self.transfer.invoke(req))
+                    .await
+                {
+                    Ok(answer) => Ok(answer),
+                    Err(_) => return Outcome::Lost("hung up on purpose".into()),
+                }
+            }
+        };
+        match answer {
+            Ok(Ok(r)) => Outcome::Answer {
+                status: r.status().as_u16(),
+                replayed: r
+                    .headers()
+                    .get("idempotent-replayed")
+                    .is_some_and(|v| v == "true"),
+                code: serde_json::from_slice::<serde_json::Value>(r.body())
+                    .ok()
                     .and_then(|v| v["code"].as_str().map(str::to_string)),
-                location: r.header("location").map(str::to_string),
-                body: r.body,
+                location: r
+                    .headers()
+                    .get("location")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+                body: r.body().to_vec(),
             },
-            Sent::Lost(why) => Outcome::Lost(why),
+            Ok(Err(lost)) => Outcome::Lost(lost.to_string()),
+            Err(_) => Outcome::Lost(format!("no answer within {ANSWER_TIMEOUT:?}")),
         }
     }
 
@@ -364,18 +397,16 @@ pub struct Kill {
     pub at_request: usize,
     pub pid: u32,
     pub instances: usize,
-    /// How long `cargo lambda watch`'s restart took, or why it failed.
+    /// How long until a new process polled for work, or why none did.
     pub restart: Result<Duration, String>,
 }
 
-/// At evenly spaced points of the run, SIGKILLs one `transfer` process of this stack (found by
-/// its `DYNAMODB_ENDPOINT`, the proxy's address, so no other stack's process is touched) and asks
-/// `cargo xtask replay` to restart `cargo lambda watch` (cargo-lambda never restarts a dead
-/// function itself).
+/// At evenly spaced points of the run, SIGKILLs one `transfer` process (its invocation in
+/// flight, if any, answers 502) and starts a new one in its place, as Lambda would on the next
+/// demand.
 pub async fn kill_processes(
     traffic: Arc<Traffic>,
-    proxy_endpoint: String,
-    dir: PathBuf,
+    transfer: Arc<Function>,
     kills: usize,
     target: usize,
     seed: u64,
@@ -387,49 +418,31 @@ pub async fn kill_processes(
         while traffic.sent() < at {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let pids = transfer_processes(&proxy_endpoint);
+        let pids = transfer.pids();
+        let at_request = traffic.sent();
         if pids.is_empty() {
             done.push(Kill {
-                at_request: traffic.sent(),
+                at_request,
                 pid: 0,
                 instances: 0,
-                restart: Err("no transfer process of this stack was found".into()),
+                restart: Err("no transfer process was running".into()),
             });
             continue;
         }
         let pid = pids[rng.below(pids.len() as u64) as usize];
-        let killed = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        let at_request = traffic.sent();
-        if !killed {
+        if let Err(e) = transfer.kill(pid).await {
             done.push(Kill {
                 at_request,
                 pid,
                 instances: pids.len(),
-                restart: Err("kill -KILL failed".into()),
+                restart: Err(e.to_string()),
             });
             continue;
         }
         let started = Instant::now();
-        let request = dir.join(format!("restart-{k}"));
-        let answer = dir.join(format!("restarted-{k}"));
-        let restart = match std::fs::write(&request, pid.to_string()) {
-            Err(e) => Err(format!("cannot ask for a restart: {e}")),
-            Ok(()) => loop {
-                if let Ok(text) = std::fs::read_to_string(&answer) {
-                    break if text.trim() == "ok" {
-                        Ok(started.elapsed())
-                    } else {
-                        Err(text)
-                    };
-                }
-                if started.elapsed() > Duration::from_secs(300) {
-                    break Err("no restart within 300 s".into());
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            },
+        let restart = match transfer.spawn_instance().await {
+            Ok(_) => Ok(started.elapsed()),
+            Err(e) => Err(e.to_string()),
         };
         done.push(Kill {
             at_request,
@@ -439,27 +452,6 @@ pub async fn kill_processes(
         });
     }
     done
-}
-
-/// Processes named `transfer` whose environment points DynamoDB at `endpoint`.
-pub fn transfer_processes(endpoint: &str) -> Vec<u32> {
-    let needle = format!("DYNAMODB_ENDPOINT={endpoint}\0");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<u32> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "transfer")
-        })
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()))
-        })
-        .collect();
-    pids.sort_unstable();
-    pids
 }
 
 /// Waits until the functions stop talking to DynamoDB (abandoned requests finish their work).

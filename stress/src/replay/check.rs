@@ -6,8 +6,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use tollgate::idempotency::{IdempotencyKey, Record, RecordState, Scope};
 
-use crate::plan::Kind;
-use crate::run::{LogicalLog, Outcome};
+use super::plan::Kind;
+use super::run::{LogicalLog, Outcome};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -79,6 +79,8 @@ pub struct Inputs<'a> {
     pub transfers: Vec<Item>,
     pub account_items: Vec<Item>,
     pub idempotency: Vec<Item>,
+    /// Processes killed during the day: each may have answered one invocation 502.
+    pub kills: usize,
 }
 
 pub struct Findings {
@@ -132,6 +134,7 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
 
     // Scope pk per logical request (bad-token requests have none: no client was verified).
     let mut pk_of: HashMap<usize, String> = HashMap::new();
+    let mut bad_gateways = 0;
     for (i, log) in inp.logs.iter().enumerate() {
         let l = &log.logical;
         if matches!(l.kind, Kind::BadToken(_)) {
@@ -220,6 +223,11 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             let status = *status;
             let ok = match status {
                 503 => true,
+                // The process holding it was killed (Lambda's answer); counted below.
+                502 => {
+                    bad_gateways += 1;
+                    true
+                }
                 409 => e.concurrent || e.after_unanswered,
                 422 if e.body == 1 => match log.settled[0] {
                     Some(s) => STORED.contains(&s),
@@ -439,6 +447,13 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
                 }
             }
         }
+    }
+    // A kill ends at most one invocation: the one its process held.
+    if bad_gateways > inp.kills {
+        statuses.fail(format!(
+            "{bad_gateways} answers were 502, more than the {} processes killed",
+            inp.kills
+        ));
     }
     let total_initial: u64 = inp.accounts.iter().map(|(_, b)| b).sum();
     conserved.checked += 1;

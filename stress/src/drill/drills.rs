@@ -1,34 +1,17 @@
-//! `cargo xtask drill`: attack drills against the rate limits of the real functions (over HTTP,
-//! `cargo lambda watch`, `CLIENT_IP_SOURCE=cloudfront`), with the replay's `FaultProxy` between
-//! the functions and DynamoDB Local, no fault armed, counting DynamoDB requests per operation.
-//!
-//! Every request carries `X-Origin-Verify` and `CloudFront-Viewer-Address` as our distribution
-//! would; the attacker varies only what an attacker controls: tokens, `X-Forwarded-For`, the
-//! address inside an IPv6 /64, the internal-token header, and how often it retries. Each drill
-//! asserts that the requests admitted per key and window are exactly the configured limit when
-//! the flood exceeds it (internal callers: not limited by `ip` or `client`), then sends more of
-//! the same to measure DynamoDB requests per rejected request. The floods run twice: with the
-//! block cache, then (after xtask restarts the functions with `RATE_LIMIT_BLOCK_CACHE_SIZE=0`)
-//! without.
-//!
-//! Not a test to run alone (hence `#[ignore]`): `cargo xtask drill` and `cargo xtask test` start
-//! it, wait for `proxy` in `DRILL_DIR`, start the stack and write its stack file, and restart the
-//! functions when asked (`restart-1` here, `restarted-1` from xtask).
-
-#[path = "../replay/http.rs"]
-#[allow(dead_code)]
-mod http;
+//! The drills themselves, the report's figures (`templates/drill.md`), and the client they
+//! play: requests invoked on the pools, each answered or lost within 30 s.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use futures::StreamExt;
+use serde::Serialize;
 use tollgate::ratelimit::{Layer, RateLimits};
 use tollgate_tests::fault_proxy::FaultProxy;
 
-use crate::http::{Mode, Request, Sent};
+use crate::lambda::Function;
 
 /// DynamoDB operations the functions use (the proxy counts by `x-amz-target`).
 const OPERATIONS: [&str; 8] = [
@@ -42,37 +25,24 @@ const OPERATIONS: [&str; 8] = [
     "BatchGetItem",
 ];
 /// Requests in flight during a flood.
-const CONCURRENCY: usize = 8;
+pub const CONCURRENCY: usize = 8;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+/// The run's settings (from `--short`) and the secrets and limits the functions got.
+pub struct Settings {
+    pub short: bool,
+    pub origin_secret: String,
+    pub session_limits: String,
+    pub transfer_limits: String,
 }
 
-fn need(name: &str) -> String {
-    var(name).unwrap_or_else(|| {
-        panic!("{name} is not set: run this with `cargo xtask drill`, which sets it")
-    })
-}
-
-struct Settings {
-    dir: PathBuf,
-    upstream: String,
-    stack_file: PathBuf,
-    short: bool,
-    origin_secret: String,
-    session_limits: String,
-    transfer_limits: String,
-    report: Option<PathBuf>,
-}
-
-/// The stack, as its stack file describes it.
-struct Stack {
-    session_url: String,
-    transfer_url: String,
-    internal_token: String,
-    demo_token: String,
-    demo_account: String,
+/// The functions and what the drills need to call them as a client would.
+pub struct Target {
+    pub session: Arc<Function>,
+    pub transfer: Arc<Function>,
+    pub internal_token: String,
+    pub demo_token: String,
+    pub demo_account: String,
 }
 
 /// The limits the functions were started with.
@@ -82,38 +52,6 @@ struct Limits {
     session_ip: u32,
     transfer_ip: u32,
     transfer_client: u32,
-}
-
-#[test]
-#[ignore = "run by `cargo xtask drill` and `cargo xtask test`, which start the stack it needs"]
-fn drill() {
-    let st = Settings {
-        dir: need("DRILL_DIR").into(),
-        upstream: need("DRILL_UPSTREAM"),
-        stack_file: need("TOLLGATE_STACK_FILE").into(),
-        short: var("DRILL_SHORT").is_some_and(|v| v == "1"),
-        origin_secret: need("DRILL_ORIGIN_SECRET"),
-        session_limits: need("DRILL_SESSION_LIMITS"),
-        transfer_limits: need("DRILL_TRANSFER_LIMITS"),
-        report: var("DRILL_REPORT").map(PathBuf::from),
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let (report, violations) = runtime.block_on(run(&st));
-    println!("{report}");
-    if let Some(path) = &st.report {
-        std::fs::write(path, &report)
-            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
-        println!("report written to {}", path.display());
-    }
-    assert!(
-        violations.is_empty(),
-        "the drill found {} violation(s):\n{}",
-        violations.len(),
-        violations.join("\n")
-    );
 }
 
 fn now_ms() -> u64 {
@@ -155,8 +93,9 @@ impl Rng {
 /// One request to send.
 #[derive(Clone)]
 struct Req {
+    function: Arc<Function>,
     method: &'static str,
-    url: String,
+    path: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
@@ -181,21 +120,30 @@ impl Outcome {
 
 async fn send(req: Req) -> Outcome {
     let sent_ms = now_ms();
-    let r = Request {
-        method: req.method,
-        url: &req.url,
-        headers: &req.headers,
-        body: &req.body,
+    let mut builder = http::Request::builder().method(req.method).uri(&req.path);
+    for (name, value) in &req.headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    let answer = match builder.body(Bytes::from(req.body)) {
+        Ok(r) => match tokio::time::timeout(TIMEOUT, req.function.invoke(r)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(lost)) => Err(lost.to_string()),
+            Err(_) => Err(format!("no answer within {TIMEOUT:?}")),
+        },
+        Err(e) => Err(format!("not sendable: {e}")),
     };
-    match http::send(&r, Mode::Normal, TIMEOUT).await {
-        Sent::Answered(resp) => Outcome {
-            status: resp.status,
+    match answer {
+        Ok(resp) => Outcome {
+            status: resp.status().as_u16(),
             sent_ms,
             done_ms: now_ms(),
-            retry_after: resp.header("retry-after").and_then(|v| v.parse().ok()),
+            retry_after: resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()?.parse().ok()),
             error: None,
         },
-        Sent::Lost(e) => Outcome {
+        Err(e) => Outcome {
             status: 0,
             sent_ms,
             done_ms: now_ms(),
@@ -229,6 +177,7 @@ fn delta(
 }
 
 /// One row of the admitted-versus-limit table.
+#[derive(Serialize)]
 struct Row {
     phase: &'static str,
     drill: String,
@@ -258,8 +207,18 @@ impl Cost {
 struct Findings {
     rows: Vec<Row>,
     costs: Vec<Cost>,
-    windows: Vec<String>,
+    windows: Vec<Window>,
     violations: Vec<String>,
+}
+
+/// One window of the reconnect loop.
+#[derive(Serialize)]
+struct Window {
+    window: u64,
+    sent: usize,
+    admitted: usize,
+    limit: u32,
+    reopened: bool,
 }
 
 fn statuses(outcomes: &[Outcome]) -> String {
@@ -282,7 +241,7 @@ fn statuses(outcomes: &[Outcome]) -> String {
 /// The drill context: stack, limits, proxy and findings so far.
 struct Drill<'a> {
     st: &'a Settings,
-    stack: &'a Stack,
+    stack: &'a Target,
     limits: Limits,
     proxy: &'a FaultProxy,
     rng: Rng,
@@ -319,8 +278,9 @@ impl Drill<'_> {
         headers.push(("Content-Type".into(), "application/json".into()));
         headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
         Req {
+            function: self.stack.session.clone(),
             method: "POST",
-            url: format!("{}/session", self.stack.session_url),
+            path: "/session".into(),
             headers,
             body: b"{}".to_vec(),
         }
@@ -330,11 +290,9 @@ impl Drill<'_> {
         let mut headers = self.cf(ip);
         headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
         Req {
+            function: self.stack.transfer.clone(),
             method: "GET",
-            url: format!(
-                "{}/accounts/{}",
-                self.stack.transfer_url, self.stack.demo_account
-            ),
+            path: format!("/accounts/{}", self.stack.demo_account),
             headers,
             body: Vec::new(),
         }
@@ -725,12 +683,13 @@ impl Drill<'_> {
             );
         }
         for (win, (sent, admitted, reopened)) in &per_window {
-            self.f.windows.push(format!(
-                "| {} | {sent} | {admitted} | {} | {} |",
-                win + 1,
-                l.session_ip,
-                if *reopened { "yes" } else { "**no**" }
-            ));
+            self.f.windows.push(Window {
+                window: win + 1,
+                sent: *sent,
+                admitted: *admitted,
+                limit: l.session_ip,
+                reopened: *reopened,
+            });
             if *admitted != l.session_ip as usize || !reopened {
                 self.violation(format!(
                     "reconnect loop: window {} admitted {admitted} of {sent} (limit {}), reopened: {reopened}",
@@ -748,39 +707,44 @@ impl Drill<'_> {
     }
 }
 
-async fn run(st: &Settings) -> (String, Vec<String>) {
-    let started = Instant::now();
-    let proxy = Arc::new(FaultProxy::start(&st.upstream).await);
-    let tmp = st.dir.join("proxy.tmp");
-    std::fs::write(&tmp, proxy.endpoint()).expect("write the proxy file");
-    std::fs::rename(&tmp, st.dir.join("proxy")).expect("publish the proxy file");
-    eprintln!("drill: proxy {} -> {}", proxy.endpoint(), st.upstream);
+/// What the report shows (`templates/drill.md`).
+#[derive(Serialize)]
+pub struct Figures {
+    pub violations: Vec<String>,
+    short: bool,
+    session_limits: String,
+    transfer_limits: String,
+    concurrency: usize,
+    on_s: String,
+    total_s: String,
+    rows: Vec<Row>,
+    step_s: String,
+    window_s: u64,
+    session_ip: u32,
+    windows: Vec<Window>,
+    costs: Vec<CostRow>,
+    /// DynamoDB requests per `client`-layer rejection with and without the block cache.
+    client_cost: Option<(String, String)>,
+}
 
-    let waited = Instant::now();
-    let v: serde_json::Value = loop {
-        if let Ok(text) = std::fs::read_to_string(&st.stack_file) {
-            if let Ok(v) = serde_json::from_str(&text) {
-                break v;
-            }
-        }
-        assert!(
-            waited.elapsed() < Duration::from_secs(900),
-            "no stack file at {} after 900 s",
-            st.stack_file.display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let s = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("{k}")).to_string();
-    let stack = Stack {
-        session_url: s("ephemeral_key_url"),
-        transfer_url: s("transfer_url"),
-        internal_token: s("internal_token"),
-        demo_token: v["demo"]["token"].as_str().expect("demo token").into(),
-        demo_account: v["demo"]["accounts"][0]
-            .as_str()
-            .expect("demo account")
-            .into(),
-    };
+#[derive(Serialize)]
+struct CostRow {
+    phase: &'static str,
+    drill: String,
+    rejected: usize,
+    total: usize,
+    per: String,
+    by_op: String,
+}
+
+/// Runs the drills on `target`, counting DynamoDB requests with `proxy`; `restart` restarts
+/// the functions with `RATE_LIMIT_BLOCK_CACHE_SIZE=0` for the second pass.
+pub async fn run<F, Fut>(st: &Settings, target: &Target, proxy: &FaultProxy, restart: F) -> Figures
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let started = Instant::now();
     let session = RateLimits::parse(&st.session_limits).expect("session limits");
     let transfer = RateLimits::parse(&st.transfer_limits).expect("transfer limits");
     let ip = session.get(Layer::Ip).expect("session ip layer");
@@ -795,9 +759,9 @@ async fn run(st: &Settings) -> (String, Vec<String>) {
     };
     let mut d = Drill {
         st,
-        stack: &stack,
+        stack: target,
         limits,
-        proxy: &proxy,
+        proxy,
         rng: Rng(now_ms()),
         f: Findings {
             rows: Vec::new(),
@@ -814,148 +778,65 @@ async fn run(st: &Settings) -> (String, Vec<String>) {
     d.reconnect().await;
     let on_time = t.elapsed();
 
-    // Without the block cache: xtask restarts the functions with RATE_LIMIT_BLOCK_CACHE_SIZE=0.
-    let t = Instant::now();
-    std::fs::write(st.dir.join("restart-1"), "RATE_LIMIT_BLOCK_CACHE_SIZE=0").expect("restart-1");
-    let answer = loop {
-        if let Ok(text) = std::fs::read_to_string(st.dir.join("restarted-1")) {
-            break text;
+    // Without the block cache.
+    eprintln!("drill: restarting the functions with RATE_LIMIT_BLOCK_CACHE_SIZE=0");
+    match restart().await {
+        Err(e) => d.violation(format!("restart without the block cache: {e}")),
+        Ok(()) => {
+            let t = Instant::now();
+            d.floods("cache off", 2).await;
+            eprintln!(
+                "drill: cache off floods took {:.1}s",
+                t.elapsed().as_secs_f64()
+            );
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(300),
-            "no restart in 300 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    if answer.trim() != "ok" {
-        d.violation(format!("restart without the block cache: {answer}"));
-    } else {
-        let t = Instant::now();
-        d.floods("cache off", 2).await;
-        eprintln!(
-            "drill: cache off floods took {:.1}s",
-            t.elapsed().as_secs_f64()
-        );
     }
-
-    let report = report(st, &d, on_time, started.elapsed());
-    (report, d.f.violations)
+    figures(st, d, on_time, started.elapsed())
 }
 
-fn report(st: &Settings, d: &Drill<'_>, on_time: Duration, total: Duration) -> String {
-    let f = &d.f;
-    let mut r = String::new();
-    let mut line = |s: String| {
-        r.push_str(&s);
-        r.push('\n');
-    };
-    line("# Attack drills against the rate limits".into());
-    line(String::new());
-    line(format!(
-        "Verdict: **{}**",
-        if f.violations.is_empty() {
-            "PASS: no violation".to_string()
-        } else {
-            format!("FAIL: {} violation(s)", f.violations.len())
-        }
-    ));
-    line(String::new());
-    line(format!(
-        "{} run · both functions under `cargo lambda watch` (one instance each), `CLIENT_IP_SOURCE=cloudfront` with a random `ORIGIN_VERIFY_SECRET`, a random `INTERNAL_TOKEN` · `SESSION_RATE_LIMITS={}` · `TRANSFER_RATE_LIMITS={}` · {} requests in flight during floods · drills with the block cache {:.1}s, whole run {:.1}s",
-        if st.short { "Short (`--short`, CI)" } else { "Full" },
-        st.session_limits,
-        st.transfer_limits,
-        CONCURRENCY,
-        on_time.as_secs_f64(),
-        total.as_secs_f64()
-    ));
-    line(String::new());
-    line("Every request carries `X-Origin-Verify` and `CloudFront-Viewer-Address: <ip>:<port>`, as our distribution adds them; the attacker varies only what it controls. \"Admitted\" means passed the limiter: any answer but 429 (a random token's 401 comes after the `ip` layer counted it). Each flood falls inside one window; after it, more requests of the same kind are sent against the full key and must all get 429; what those cost in DynamoDB requests (counted by the proxy between the functions and DynamoDB Local) is the table further down.".into());
-    line(String::new());
-    line("## Admitted versus the configured limit, per key and window".into());
-    line(String::new());
-    line("| block cache | drill | key | sent | admitted | limit | expected | answers |".into());
-    line("|---|---|---|---:|---:|---|---:|---|".into());
-    for row in &f.rows {
-        line(format!(
-            "| {} | {} | `{}` | {} | {} | {} | {} | {} |",
-            row.phase,
-            row.drill,
-            row.key,
-            row.sent,
-            row.admitted,
-            row.limit,
-            row.expected,
-            row.statuses
-        ));
-    }
-    line(String::new());
-    line(format!(
-        "## The reconnect loop: one client retrying every {:.1} s over three {} s windows (`ip={}`)",
-        d.limits.window_ms as f64 / 10_000.0,
-        d.limits.window_ms / 1000,
-        d.limits.session_ip
-    ));
-    line(String::new());
-    line(
-        "| window | sent | admitted | limit | reopened (first request of the window admitted) |"
-            .into(),
-    );
-    line("|---:|---:|---:|---:|---|".into());
-    for w in &f.windows {
-        line(w.clone());
-    }
-    line(String::new());
-    line("## DynamoDB requests per rejected request (against a key already full)".into());
-    line(String::new());
-    line(
-        "| block cache | drill | rejected | DynamoDB requests | per rejection | by operation |"
-            .into(),
-    );
-    line("|---|---|---:|---:|---:|---|".into());
-    for c in &f.costs {
-        line(format!(
-            "| {} | {} | {} | {} | {:.2} | {} |",
-            c.phase,
-            c.drill,
-            c.rejected,
-            c.total(),
-            c.total() as f64 / c.rejected.max(1) as f64,
-            if c.by_op.is_empty() {
-                "none".to_string()
-            } else {
-                c.by_op
-                    .iter()
-                    .map(|(op, n)| format!("{op} {n}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        ));
-    }
-    line(String::new());
+fn figures(st: &Settings, d: Drill<'_>, on_time: Duration, total: Duration) -> Figures {
+    let f = d.f;
+    let per = |c: &Cost| c.total() as f64 / c.rejected.max(1) as f64;
     let client_cost = |phase: &str| {
         f.costs
             .iter()
             .find(|c| c.phase == phase && c.drill.starts_with("one client token"))
-            .map(|c| c.total() as f64 / c.rejected.max(1) as f64)
+            .map(|c| format!("{:.2}", per(c)))
     };
-    if let (Some(on), Some(off)) = (client_cost("cache on"), client_cost("cache off")) {
-        line(format!(
-            "Read this: a rejection by the `ip` layer costs one failing `UpdateItem` without the block cache and nothing with it. A rejection by the `client` layer is never free: the transfer function counts the `ip` layer in one limiter call before authentication and the `client` layer in a second one after it, so a request from a fresh address with a valid token whose client is full still increments its `ip` counter, then meets the full `client` key (cached or not), then gets that `ip` unit refunded: {on:.2} DynamoDB requests per rejection with the cache, {off:.2} without (the table counts every request: a read of the client record or the kill switch when its cache expires lands in the same rows). An attacker holding one client token and many addresses makes the limiter write on every request."
-        ));
-        line(String::new());
+    let client_cost = client_cost("cache on").zip(client_cost("cache off"));
+    Figures {
+        short: st.short,
+        session_limits: st.session_limits.clone(),
+        transfer_limits: st.transfer_limits.clone(),
+        concurrency: CONCURRENCY,
+        on_s: format!("{:.1}", on_time.as_secs_f64()),
+        total_s: format!("{:.1}", total.as_secs_f64()),
+        step_s: format!("{:.1}", d.limits.window_ms as f64 / 10_000.0),
+        window_s: d.limits.window_ms / 1000,
+        session_ip: d.limits.session_ip,
+        costs: f
+            .costs
+            .iter()
+            .map(|c| CostRow {
+                phase: c.phase,
+                drill: c.drill.clone(),
+                rejected: c.rejected,
+                total: c.total(),
+                per: format!("{:.2}", per(c)),
+                by_op: if c.by_op.is_empty() {
+                    "none".to_string()
+                } else {
+                    c.by_op
+                        .iter()
+                        .map(|(op, n)| format!("{op} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            })
+            .collect(),
+        client_cost,
+        rows: f.rows,
+        windows: f.windows,
+        violations: f.violations,
     }
-    if !f.violations.is_empty() {
-        line("## Violations".into());
-        line(String::new());
-        for v in &f.violations {
-            line(format!("- {v}"));
-        }
-        line(String::new());
-    }
-    line(format!(
-        "Reproduce: `cargo xtask drill{}`.",
-        if st.short { " --short" } else { "" }
-    ));
-    r
 }

@@ -1,0 +1,328 @@
+//! The day: clients and accounts, the traffic with faults armed and processes killed as it
+//! goes, the wait for the functions to go quiet, and the reconciliation; then the report's
+//! figures.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use secrecy::ExposeSecret;
+use serde::Serialize;
+use tollgate::clock::SystemClock;
+use tollgate::config::Env;
+use tollgate::serve::Function as _;
+
+use super::check;
+use super::plan::{Generator, Population, Rng};
+use super::run::{self, Traffic, FAULT_KINDS, OPERATIONS};
+use super::Options;
+use crate::stack::Stack;
+
+/// What the report shows (`templates/replay.md`).
+#[derive(Serialize)]
+pub struct Figures {
+    pub violations: usize,
+    seed: u64,
+    sent: usize,
+    requests: usize,
+    logical: usize,
+    accounts: usize,
+    clients: usize,
+    concurrency: usize,
+    instances: u32,
+    traffic_s: String,
+    rate: String,
+    setup_s: String,
+    quiet_s: String,
+    check_s: String,
+    sabotaged: bool,
+    kinds: Vec<(String, usize)>,
+    retries: usize,
+    long_waits: usize,
+    unknown: usize,
+    unknown_committed: usize,
+    statuses: Vec<(String, usize)>,
+    faults_armed: usize,
+    faults_fired: usize,
+    proxy_fired: usize,
+    seen: String,
+    operations: Vec<&'static str>,
+    faults: Vec<(&'static str, Vec<String>)>,
+    kills: Vec<Kill>,
+    records: usize,
+    acknowledged: usize,
+    total_initial: u64,
+    total_final: i128,
+    checks: Vec<Check>,
+    kill_failures: usize,
+}
+
+#[derive(Serialize)]
+struct Kill {
+    at_request: usize,
+    pid: u32,
+    instances: usize,
+    /// Seconds until the new process polled, or `None` and `error`.
+    replaced_s: Option<String>,
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Check {
+    name: &'static str,
+    checked: usize,
+    violations: usize,
+    /// The first 20, then "… and N more".
+    examples: Vec<String>,
+}
+
+/// Runs the day on `stack`.
+pub async fn day(o: &Options, stack: &Stack) -> Figures {
+    // Clients and accounts, written directly (not through the proxy) with the function's own
+    // stores and the stack's tables.
+    let setup_started = Instant::now();
+    let ddb = &stack.ddb;
+    let app = transfer::App::from_env(
+        &Env::from_pairs(stack.tables.env_pairs()),
+        ddb.clone(),
+        None,
+        Arc::new(SystemClock),
+    )
+    .expect("the stack's settings");
+    let mut rng = Rng::fork(o.seed, 0);
+    let pop = Population::new(&mut rng, o.clients, o.accounts);
+    let mut clients = Vec::new();
+    for i in 0..o.clients {
+        let c = app
+            .clients
+            .create(&format!("replay-{i}"))
+            .await
+            .expect("create client");
+        clients.push((c.client_id, c.token.expose_secret().to_string()));
+    }
+    let accounts: Vec<(String, u64)> = futures::stream::iter(pop.accounts.iter())
+        .map(|(balance, owner)| {
+            let (app, owner) = (&app, &clients[*owner].0);
+            async move {
+                let a = app
+                    .ledger
+                    .create_account(owner, *balance, "JPY")
+                    .await
+                    .expect("create account");
+                (a.account_id, *balance)
+            }
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    let ids: Vec<String> = accounts.iter().map(|(a, _)| a.clone()).collect();
+    let setup_time = setup_started.elapsed();
+
+    // The day.
+    let proxy = &stack.proxy;
+    let traffic = Arc::new(Traffic::new(
+        stack.transfer.clone(),
+        clients.iter().map(|(_, t)| t.clone()).collect(),
+        o.concurrency,
+        o.requests,
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let faults = tokio::spawn(run::arm_faults(
+        proxy.clone(),
+        traffic.clone(),
+        o.seed,
+        o.fault_rate,
+        stop.clone(),
+    ));
+    let kills = tokio::spawn(run::kill_processes(
+        traffic.clone(),
+        stack.transfer.clone(),
+        o.kills,
+        o.requests,
+        o.seed,
+    ));
+    let started = Instant::now();
+    let mut generator = Generator::new(o.seed, &pop);
+    let active = Arc::new(tokio::sync::Semaphore::new(o.concurrency * 8));
+    let mut tasks = Vec::new();
+    let mut last_progress = 0;
+    while traffic.sent() < o.requests {
+        let permit = active.clone().acquire_owned().await.expect("open");
+        let logical = generator.next(&ids);
+        let (client, seed) = (traffic.clone(), o.seed);
+        tasks.push(tokio::spawn(async move {
+            let log = client.drive(logical, seed).await;
+            drop(permit);
+            log
+        }));
+        if traffic.sent() >= last_progress + o.requests / 10 {
+            last_progress = traffic.sent();
+            eprintln!(
+                "replay: {} requests sent in {:.0}s",
+                last_progress,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let mut logs = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        logs.push(t.await.expect("a client task panicked"));
+    }
+    let traffic_time = started.elapsed();
+    let kills = kills.await.expect("kill task");
+    stop.store(true, Ordering::SeqCst);
+    let faults = faults.await.expect("fault task");
+    let quiet = run::quiesce(proxy).await;
+    if o.sabotage {
+        sabotage(ddb, &app).await;
+    }
+
+    // Reconcile, reading DynamoDB directly.
+    let check_started = Instant::now();
+    let transfers = check::scan(ddb, &app.settings.transfers_table).await;
+    let account_items = check::scan(ddb, &app.settings.accounts_table).await;
+    let idempotency = check::scan(ddb, &app.settings.idempotency_table).await;
+    let client_ids: Vec<String> = clients.iter().map(|(c, _)| c.clone()).collect();
+    let findings = check::reconcile(check::Inputs {
+        logs: &logs,
+        client_ids: &client_ids,
+        accounts: &accounts,
+        transfers,
+        account_items,
+        idempotency,
+        kills: kills.len(),
+    });
+    let check_time = check_started.elapsed();
+
+    // The figures.
+    let kill_failures = kills.iter().filter(|k| k.restart.is_err()).count();
+    let violations: usize = findings
+        .checks
+        .iter()
+        .map(|c| c.violations.len())
+        .sum::<usize>()
+        + kill_failures;
+    let (statuses, _) = check::status_counts(&logs);
+    let sent = traffic.sent();
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for log in &logs {
+        *kinds.entry(log.logical.kind.label()).or_default() += 1;
+    }
+    let secs = |d: std::time::Duration| format!("{:.1}", d.as_secs_f64());
+    Figures {
+        violations,
+        seed: o.seed,
+        sent,
+        requests: o.requests,
+        logical: logs.len(),
+        accounts: o.accounts,
+        clients: o.clients,
+        concurrency: o.concurrency,
+        instances: o.instances,
+        traffic_s: secs(traffic_time),
+        rate: format!("{:.0}", sent as f64 / traffic_time.as_secs_f64()),
+        setup_s: secs(setup_time),
+        quiet_s: secs(quiet),
+        check_s: secs(check_time),
+        sabotaged: o.sabotage,
+        kinds: kinds.iter().map(|(k, c)| (k.to_string(), *c)).collect(),
+        retries: traffic.retries.load(Ordering::Relaxed),
+        long_waits: traffic.long_waits.load(Ordering::Relaxed),
+        unknown: findings.unknown,
+        unknown_committed: findings.unknown_committed,
+        statuses: statuses
+            .iter()
+            .map(|(k, c)| (k.trim().to_string(), *c))
+            .collect(),
+        faults_armed: faults.armed(),
+        faults_fired: faults.fired(),
+        proxy_fired: proxy.fired(),
+        seen: OPERATIONS
+            .iter()
+            .map(|op| format!("{op} {}", proxy.seen(op)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        operations: OPERATIONS.to_vec(),
+        faults: FAULT_KINDS
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                let cells = (0..OPERATIONS.len())
+                    .map(|op| {
+                        let (armed, fired) =
+                            faults.counts.get(&(op, k)).copied().unwrap_or_default();
+                        if armed == fired {
+                            fired.to_string()
+                        } else {
+                            format!("{fired} (+{} armed, not fired)", armed - fired)
+                        }
+                    })
+                    .collect();
+                (*name, cells)
+            })
+            .collect(),
+        kills: kills
+            .iter()
+            .map(|k| Kill {
+                at_request: k.at_request,
+                pid: k.pid,
+                instances: k.instances,
+                replaced_s: k.restart.as_ref().ok().map(|d| secs(*d)),
+                error: k.restart.as_ref().err().cloned(),
+            })
+            .collect(),
+        records: findings.records,
+        acknowledged: findings.acknowledged,
+        total_initial: findings.total_initial,
+        total_final: findings.total_final,
+        checks: findings
+            .checks
+            .iter()
+            .map(|c| {
+                let mut examples: Vec<String> = c.violations.iter().take(20).cloned().collect();
+                if c.violations.len() > 20 {
+                    examples.push(format!("… and {} more", c.violations.len() - 20));
+                }
+                Check {
+                    name: c.name,
+                    checked: c.checked,
+                    violations: c.violations.len(),
+                    examples,
+                }
+            })
+            .collect(),
+        kill_failures,
+    }
+}
+
+/// What `--sabotage` does to DynamoDB (directly) before the reconciliation.
+async fn sabotage(ddb: &aws_sdk_dynamodb::Client, app: &transfer::App) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let records = check::scan(ddb, &app.settings.transfers_table).await;
+    assert!(records.len() >= 2, "too few transfers to sabotage");
+    let mut copy = records[0].clone();
+    copy.insert("pk".into(), AttributeValue::S("tr_sabotage_copy".into()));
+    ddb.put_item()
+        .table_name(&app.settings.transfers_table)
+        .set_item(Some(copy))
+        .send()
+        .await
+        .expect("sabotage: copy a transfer");
+    ddb.delete_item()
+        .table_name(&app.settings.transfers_table)
+        .key("pk", records[1]["pk"].clone())
+        .send()
+        .await
+        .expect("sabotage: delete a transfer");
+    ddb.update_item()
+        .table_name(&app.settings.accounts_table)
+        .key("pk", records[0]["to"].clone())
+        .update_expression("SET #b = #b + :one")
+        .expression_attribute_names("#b", "balance")
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .expect("sabotage: raise a balance");
+}

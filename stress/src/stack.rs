@@ -1,0 +1,160 @@
+//! The stack a run owns, beside DynamoDB Local (whose endpoint comes in `DYNAMODB_ENDPOINT`,
+//! as for `cargo test`): its own tables (exactly as `template.yaml` defines them, under a
+//! fresh prefix), the fault proxy between the functions and DynamoDB Local, the OpenAI
+//! stand-in, and each function's pool of processes.
+//!
+//! The proxy is up before any function starts (a function reads `DYNAMODB_ENDPOINT` at cold
+//! start), and everything is in this process: a run arms faults, kills and restarts functions
+//! by calling them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use tollgate_tests::dynamo::{self, Tables};
+use tollgate_tests::fault_proxy::FaultProxy;
+use tollgate_tests::openai::{Answer, OpenAiStandIn};
+
+use crate::lambda::{self, Function, FunctionSpec};
+
+/// The invocation timeout the functions run with (the drivers' own timeouts are shorter or
+/// equal).
+const INVOCATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to start.
+pub struct Options<'a> {
+    /// Where the function binaries (`transfer`, `ephemeral-key`) are.
+    pub bin_dir: &'a Path,
+    /// `transfer` processes.
+    pub transfer_instances: usize,
+    /// Also the `ephemeral-key` function (one process) and the OpenAI stand-in.
+    pub session: bool,
+    /// Variables for both functions, on top of the stack's wiring.
+    pub env: Vec<(String, String)>,
+    /// The run's name, for its log directory.
+    pub name: &'static str,
+}
+
+/// A running stack.
+pub struct Stack {
+    /// DynamoDB Local, directly (not through the proxy): setup and reconciliation.
+    pub ddb: Client,
+    pub proxy: Arc<FaultProxy>,
+    pub tables: Tables,
+    /// The functions' `INTERNAL_TOKEN`, random for the run.
+    pub internal_token: String,
+    pub transfer: Arc<Function>,
+    pub ephemeral_key: Option<Arc<Function>>,
+    /// The functions' logs (one file per function).
+    pub logs: PathBuf,
+    _openai: Option<OpenAiStandIn>,
+}
+
+/// A stack that would not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no function binary at {0} (build it, or pass --bin-dir)")]
+    NoBinary(String),
+    #[error("cannot create the log directory {path}: {source}")]
+    Logs {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("no randomness for the run's secrets: {0}")]
+    Random(getrandom::Error),
+    #[error(transparent)]
+    Function(#[from] lambda::Error),
+}
+
+/// `n` random bytes as hex: a secret for this run.
+pub fn random_hex(n: usize) -> Result<String, Error> {
+    let mut bytes = vec![0u8; n];
+    getrandom::fill(&mut bytes).map_err(Error::Random)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl Stack {
+    pub async fn start(o: Options<'_>) -> Result<Stack, Error> {
+        let upstream = dynamo::endpoint();
+        let (ddb, _) = dynamo::client_at(&upstream);
+        let tables = Tables::create(&ddb).await;
+        let proxy = Arc::new(FaultProxy::start(&upstream).await);
+        eprintln!(
+            "{}: fault proxy {} -> DynamoDB Local {upstream}",
+            o.name,
+            proxy.endpoint()
+        );
+        let logs =
+            std::env::temp_dir().join(format!("tollgate-stress-{}-{}", o.name, std::process::id()));
+        std::fs::create_dir_all(&logs).map_err(|source| Error::Logs {
+            path: logs.display().to_string(),
+            source,
+        })?;
+        let internal_token = format!("stress-{}", random_hex(16)?);
+        let mut env = vec![
+            ("DYNAMODB_ENDPOINT".to_string(), proxy.endpoint()),
+            ("AWS_ENDPOINT_URL_DYNAMODB".to_string(), proxy.endpoint()),
+            ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
+            ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
+            ("AWS_REGION".to_string(), "us-east-1".to_string()),
+            ("AWS_EC2_METADATA_DISABLED".to_string(), "true".to_string()),
+            ("RUST_LOG".to_string(), "warn".to_string()),
+            ("INTERNAL_TOKEN".to_string(), internal_token.clone()),
+        ];
+        env.extend(tables.env_pairs());
+        let openai = if o.session {
+            let standin = OpenAiStandIn::start(Answer::Secret {
+                expires_at: 4_000_000_000,
+            })
+            .await;
+            env.push(("OPENAI_BASE_URL".into(), standin.server.uri()));
+            env.push(("OPENAI_API_KEY".into(), "sk-stress-stand-in".into()));
+            Some(standin)
+        } else {
+            None
+        };
+        env.extend(o.env);
+        let spec = |name: &str| -> Result<FunctionSpec, Error> {
+            let binary = o.bin_dir.join(name);
+            if !binary.is_file() {
+                return Err(Error::NoBinary(binary.display().to_string()));
+            }
+            Ok(FunctionSpec {
+                name: name.to_string(),
+                binary,
+                env: env.clone(),
+                log: Some(logs.join(format!("{name}.log"))),
+                timeout: INVOCATION_TIMEOUT,
+            })
+        };
+        let transfer = Function::start(spec("transfer")?, o.transfer_instances).await?;
+        let ephemeral_key = match o.session {
+            true => Some(Function::start(spec("ephemeral-key")?, 1).await?),
+            false => None,
+        };
+        Ok(Stack {
+            ddb,
+            proxy,
+            tables,
+            internal_token,
+            transfer,
+            ephemeral_key,
+            logs,
+            _openai: openai,
+        })
+    }
+
+    /// Stops the functions; keeps the logs when the run failed, removes them otherwise.
+    pub async fn stop(self, failed: bool) {
+        self.transfer.stop().await;
+        if let Some(f) = &self.ephemeral_key {
+            f.stop().await;
+        }
+        if failed {
+            eprintln!("function logs kept in {}", self.logs.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.logs);
+        }
+    }
+}
