@@ -48,6 +48,8 @@ const TRANSFER_LIMITS: &str = "ip=100000000/1d,client=100000000/1d";
 /// The two function binaries, and the profile they were built with (for the report).
 #[derive(Debug, Clone)]
 pub struct Binaries {
+    /// Where both are (`--bin-dir`).
+    pub dir: PathBuf,
     pub ephemeral_key: PathBuf,
     pub transfer: PathBuf,
     pub profile: String,

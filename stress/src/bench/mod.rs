@@ -53,13 +53,7 @@ pub struct Options {
     /// Part 4: the `schemathesis` of its venv.
     #[arg(long)]
     pub schemathesis: Option<PathBuf>,
-    /// Parts 3 and 4: the `ephemeral-key` binary.
-    #[arg(long)]
-    pub ephemeral_key_bin: Option<PathBuf>,
-    /// Parts 3 and 4: the `transfer` binary.
-    #[arg(long)]
-    pub transfer_bin: Option<PathBuf>,
-    /// For the report: the profile the functions were built with.
+    /// For the report: the profile the function binaries in --bin-dir were built with.
     #[arg(long, default_value = "release")]
     pub functions_profile: String,
     /// For the report: the profile this driver was built with.
@@ -95,12 +89,6 @@ impl Options {
             command.push_str(&format!(" --part {p}"));
         }
         command
-    }
-
-    fn binary(&self, which: &Option<PathBuf>, flag: &str) -> Result<PathBuf, BenchError> {
-        which
-            .clone()
-            .ok_or_else(|| BenchError::Setup(format!("parts 3 and 4 need {flag}")))
     }
 }
 
@@ -139,7 +127,7 @@ impl BenchError {
     }
 }
 
-pub async fn run(o: Options) -> Result<(), crate::Error> {
+pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error> {
     let parts = o.parts();
     let n = o.n as usize;
     let report_path = o.report.clone().or_else(|| {
@@ -162,13 +150,15 @@ pub async fn run(o: Options) -> Result<(), crate::Error> {
         println!("part 2: limiter vs bare UpdateItem, {n} calls each");
         figures.limiter = Some(limiter::run(n).await?);
     }
+    let bin_dir = global.bin_dir()?;
+    let bins = binaries::Binaries {
+        dir: bin_dir.clone(),
+        ephemeral_key: bin_dir.join("ephemeral-key"),
+        transfer: bin_dir.join("transfer"),
+        profile: o.functions_profile.clone(),
+    };
     if parts.contains(&3) {
         println!("part 3: the functions' binaries under the runtime API emulator");
-        let bins = binaries::Binaries {
-            ephemeral_key: o.binary(&o.ephemeral_key_bin, "--ephemeral-key-bin")?,
-            transfer: o.binary(&o.transfer_bin, "--transfer-bin")?,
-            profile: o.functions_profile.clone(),
-        };
         figures.binaries = Some(binaries::run(&bins, n).await?);
     }
     if parts.contains(&4) {
@@ -177,11 +167,6 @@ pub async fn run(o: Options) -> Result<(), crate::Error> {
             .schemathesis
             .clone()
             .ok_or_else(|| BenchError::Setup("part 4 needs --schemathesis".into()))?;
-        let bins = binaries::Binaries {
-            ephemeral_key: o.binary(&o.ephemeral_key_bin, "--ephemeral-key-bin")?,
-            transfer: o.binary(&o.transfer_bin, "--transfer-bin")?,
-            profile: o.functions_profile.clone(),
-        };
         figures.schemathesis = Some(schemathesis::run(&bins, &cli).await?);
     }
 

@@ -190,7 +190,11 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
     }
     let python = first_line(Command::new(cli.with_file_name("python3")).arg("--version"));
     let version = first_line(Command::new(cli).arg("--version"));
-    let version = version.rsplit(' ').next().unwrap_or("unknown").trim_start_matches('v');
+    let version = version
+        .rsplit(' ')
+        .next()
+        .unwrap_or("unknown")
+        .trim_start_matches('v');
     let dir = std::env::temp_dir().join(format!(
         "tollgate-bench-schemathesis-{}",
         std::process::id()
@@ -198,8 +202,12 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(BenchError::io(dir.display()))?;
 
-    let stack =
-        stack::Stack::start(binaries, SESSION_RATE_LIMITS, TRANSFER_RATE_LIMITS, &dir).await?;
+    let env = vec![
+        ("RUST_LOG".into(), "info".into()),
+        ("SESSION_RATE_LIMITS".into(), SESSION_RATE_LIMITS.into()),
+        ("TRANSFER_RATE_LIMITS".into(), TRANSFER_RATE_LIMITS.into()),
+    ];
+    let stack = stack::Functions::start(binaries, env).await?;
     let hook = dir.join("demo_accounts.py");
     std::fs::write(&hook, hook_source(&stack.accounts[0], &stack.accounts[1]))
         .map_err(BenchError::io(hook.display()))?;
