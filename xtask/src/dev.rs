@@ -93,15 +93,15 @@ pub struct Options {
     /// Interactive use: log each fake secret the stand-in mints, and copy
     /// the functions' log to the terminal once the stack is ready.
     pub interactive: bool,
-    /// What `cargo xtask replay` changes; the default changes nothing.
+    /// What the browser tests and the bench change; the default changes nothing.
     pub hooks: Hooks,
     /// Serve the browser page (`web/dev/server.cjs`): the page and `/api` on one origin, and,
-    /// without `OPENAI_API_KEY`, the OpenAI stand-in with WebRTC calls. Off for the replay, the
-    /// drills and the bench, which need no page (they keep the small Rust stand-in).
+    /// without `OPENAI_API_KEY`, the OpenAI stand-in with WebRTC calls. Off for the bench,
+    /// which needs no page (it keeps the small Rust stand-in).
     pub web: bool,
 }
 
-/// `cargo xtask replay`'s hooks into the stack: a fixed DynamoDB Local port
+/// Hooks into the stack for the browser tests and the bench: a fixed DynamoDB Local port
 /// (a fault proxy in front of it starts before the stack), variables only the
 /// functions see (their `DYNAMODB_ENDPOINT` is that proxy; the CLI and the
 /// stack file keep DynamoDB Local itself), and `cargo lambda watch
@@ -154,8 +154,6 @@ pub struct Stack {
     pub stack_file: PathBuf,
     pub functions_log: PathBuf,
     functions: Option<processes::Tree>,
-    /// Starts `cargo lambda watch` again, as at start (see [`Stack::restart_functions`]).
-    respawn: Option<Respawn>,
     standin: Option<StandIn>,
     web: Option<processes::Tree>,
     ddb: Option<DynamoDbLocal>,
@@ -233,7 +231,6 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         stack_file,
         functions_log: logs.join("functions.log"),
         functions: None,
-        respawn: None,
         standin: None,
         web: None,
         ddb: None,
@@ -356,7 +353,6 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         })
     };
     stack.functions = Some(respawn(&[])?);
-    stack.respawn = Some(respawn);
     info(format!(
         "cargo lambda watch on 127.0.0.1:{invoke_port}{} (log: {})",
         if opts.reload {
@@ -481,23 +477,6 @@ impl Stack {
             }
             sleep(Duration::from_millis(250));
         }
-    }
-
-    /// Stops `cargo lambda watch` and starts it again on the same port, with `extra_env` on
-    /// top of the hooks' variables for this start only, then waits until the functions answer:
-    /// a cold start of every function. cargo-lambda (1.9.2) never restarts a function process
-    /// that died; invocations then wait for it for ever. So after `cargo xtask replay` kills
-    /// one, this is the restart (`cargo xtask drill` uses it to turn the block cache off).
-    pub fn restart_functions_with(&mut self, extra_env: &[(String, String)]) -> Result {
-        if let Some(mut functions) = self.functions.take() {
-            functions.stop(STOP_GRACE);
-        }
-        let respawn = self
-            .respawn
-            .as_ref()
-            .ok_or("the functions were never started")?;
-        self.functions = Some(respawn(extra_env)?);
-        self.wait_ready()
     }
 
     /// Err if a part of the stack exited on its own.

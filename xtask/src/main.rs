@@ -6,17 +6,15 @@
 mod bench;
 mod browser;
 mod dev;
-mod drill;
 mod dynamodb_local;
 mod http;
 mod json;
 mod lock;
 mod openai_standin;
 mod processes;
-mod proxied;
-mod replay;
 mod setup;
 mod signal;
+mod stress;
 mod test;
 mod util;
 
@@ -52,7 +50,8 @@ Commands:
               a day of hostile transfer traffic (50,000 requests by
               default) through the functions, with DynamoDB faults and
               process kills, reconciled against an independent ledger;
-              non-zero exit on any violation (`replay --help` for more)
+              non-zero exit on any violation (`replay --help` for more;
+              replay, drill and bench run the `tollgate-stress` harness)
   drill [--short] [--report <file.md>]
               attack drills against the rate limits (cloudfront mode):
               admitted vs limit per key, DynamoDB requests per rejection
@@ -81,8 +80,7 @@ fn main() -> ExitCode {
         "dynamodb" => dynamodb_local::run(rest),
         "dev" => dev::run(rest),
         "test" => test::run(rest),
-        "replay" => replay::run(rest),
-        "drill" => drill::run(rest),
+        "replay" | "drill" => stress::run(command, rest),
         "bench" => bench::run(rest),
         "screenshots" => browser::screenshots(rest),
         "help" | "-h" | "--help" => {

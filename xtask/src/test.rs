@@ -136,7 +136,7 @@ pub fn run(args: &[String]) -> Result {
         // A 2,000-request day of hostile transfer traffic, reconciled (`cargo xtask replay`).
         step("replay");
         let started = std::time::Instant::now();
-        let result = crate::replay::replay(&tools, &crate::replay::ci());
+        let result = crate::stress::stress(&tools, "replay", crate::stress::REPLAY_CI);
         info(format!(
             "replay step took {:.1}s",
             started.elapsed().as_secs_f32()
@@ -148,7 +148,7 @@ pub fn run(args: &[String]) -> Result {
         // Attack drills against the limits, short windows (`cargo xtask drill --short`).
         step("drill");
         let started = std::time::Instant::now();
-        let result = crate::drill::drill(&tools, &crate::drill::ci());
+        let result = crate::stress::stress(&tools, "drill", crate::stress::DRILL_CI);
         info(format!(
             "drill step took {:.1}s",
             started.elapsed().as_secs_f32()

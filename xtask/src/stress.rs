@@ -1,0 +1,101 @@
+//! `cargo xtask replay|drill|bench`: the chore around the stress harness (`stress/`, the
+//! `tollgate-stress` binary), which owns everything else: its tables, the fault proxy, the
+//! OpenAI stand-in, the function processes under its Lambda runtime API, the traffic, the
+//! checks and the report.
+//!
+//! Here: install the tools, build the function binaries and the harness (debug for replay
+//! and drill; the `bench-fast` profile for bench, so the timings mean something), start
+//! DynamoDB Local in memory, run `tollgate-stress <command> <arguments>` with
+//! `DYNAMODB_ENDPOINT` and dummy AWS credentials (as `cargo test` gets them), stop DynamoDB
+//! Local. The arguments are the harness's (`cargo xtask replay --help` shows its help); the
+//! one default added here is the full drill's report, `docs/drill.md`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::dynamodb_local::{self, Storage};
+use crate::setup::Tools;
+use crate::util::{self, info, step, Result};
+
+/// What `cargo xtask test` replays: 2,000 requests over 200 accounts, one kill.
+pub const REPLAY_CI: &[&str] = &["--requests", "2000", "--accounts", "200", "--kills", "1"];
+/// What `cargo xtask test` drills.
+pub const DRILL_CI: &[&str] = &["--short"];
+
+/// `cargo xtask <command> <args>` for `replay`, `drill` and `bench`.
+pub fn run(command: &str, args: &[String]) -> Result {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        let stress = build(command)?.stress;
+        return util::run(Command::new(stress).arg(command).arg("--help"));
+    }
+    step("setup");
+    let tools = crate::setup::all()?;
+    let mut args = args.to_vec();
+    let has = |flag: &str, args: &[String]| args.iter().any(|a| a == flag);
+    if command == "drill" && !has("--short", &args) && !has("--report", &args) {
+        args.push("--report".into());
+        args.push(
+            util::workspace_root()
+                .join("docs")
+                .join("drill.md")
+                .display()
+                .to_string(),
+        );
+    }
+    stress(&tools, command, &args)
+}
+
+/// Where the built binaries are.
+struct Built {
+    stress: PathBuf,
+    bin_dir: PathBuf,
+}
+
+fn build(command: &str) -> Result<Built> {
+    step(&format!("{command}: build"));
+    let mut args = vec![
+        "-p",
+        "transfer",
+        "-p",
+        "ephemeral-key",
+        "-p",
+        "tollgate-stress",
+    ];
+    if command == "bench" {
+        args.extend(["--profile", "bench-fast"]);
+    }
+    let bins = util::cargo_build_bins(&args, &["transfer", "tollgate-stress"])?;
+    let bin_dir = bins[0]
+        .parent()
+        .ok_or("the transfer binary has no directory")?
+        .to_path_buf();
+    Ok(Built {
+        stress: bins[1].clone(),
+        bin_dir,
+    })
+}
+
+/// Builds and runs `tollgate-stress <command> <args>` against a fresh in-memory DynamoDB
+/// Local; Err when the harness fails (a violation, or a stack that would not work).
+pub fn stress<S: AsRef<std::ffi::OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Result {
+    let built = build(command)?;
+    step(&format!("{command}: dynamodb-local"));
+    let log = util::cache_dir()?
+        .join("logs")
+        .join(format!("dynamodb-local-{command}.log"));
+    let mut ddb = dynamodb_local::start(&tools.dynamodb_local, &Storage::InMemory, None, &log)?;
+    info(format!("{} (log: {})", ddb.endpoint, ddb.log.display()));
+
+    step(command);
+    let mut cmd = Command::new(&built.stress);
+    cmd.arg("--bin-dir")
+        .arg(&built.bin_dir)
+        .arg(command)
+        .args(args)
+        .env("DYNAMODB_ENDPOINT", &ddb.endpoint)
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &ddb.endpoint);
+    util::dummy_aws(&mut cmd);
+    let result = util::run(&mut cmd);
+    ddb.stop();
+    result
+}
