@@ -3,7 +3,7 @@
 //! works the same on every machine and is checked by the compiler; kept free
 //! of dependencies so it builds in seconds.
 
-mod bench;
+mod bench_tools;
 mod browser;
 mod dev;
 mod dynamodb_local;
@@ -57,12 +57,13 @@ Commands:
               admitted vs limit per key, DynamoDB requests per rejection
               with and without the block cache; the full run writes
               docs/drill.md (`drill --help` for more)
-  bench [--n <requests>] [--part <1-4>]... [--report <file.md>]
+  bench [--n <requests>] [--part <1-4>]... [--report <file.md>] [--debug]
               idempotency against Powertools for Python, the limiter
-              against a bare UpdateItem, the release binaries under a
-              runtime-API emulator (cold start, latency, memory, size), and
-              Schemathesis against openapi.yaml; writes docs/benchmarks.md
-              (`bench --help` for more)
+              against a bare UpdateItem, the release binaries under the
+              harness's runtime-API emulator (cold start, latency, memory,
+              size), and Schemathesis against openapi.yaml through its HTTP
+              front; writes docs/benchmarks.md; --debug is a smoke run on
+              debug builds (`bench --help` for more)
   help        Show this text
 
 Environment:
@@ -80,8 +81,7 @@ fn main() -> ExitCode {
         "dynamodb" => dynamodb_local::run(rest),
         "dev" => dev::run(rest),
         "test" => test::run(rest),
-        "replay" | "drill" => stress::run(command, rest),
-        "bench" => bench::run(rest),
+        "replay" | "drill" | "bench" => stress::run(command, rest),
         "screenshots" => browser::screenshots(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");

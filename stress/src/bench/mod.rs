@@ -53,12 +53,10 @@ pub struct Options {
     /// Part 4: the `schemathesis` of its venv.
     #[arg(long)]
     pub schemathesis: Option<PathBuf>,
-    /// For the report: the profile the function binaries in --bin-dir were built with.
-    #[arg(long, default_value = "release")]
-    pub functions_profile: String,
-    /// For the report: the profile this driver was built with.
-    #[arg(long, default_value = "bench-fast")]
-    pub driver_profile: String,
+    /// The binaries are debug builds: a smoke run (`cargo xtask bench --debug` builds nothing
+    /// in release), whose report says so.
+    #[arg(long)]
+    pub debug: bool,
     /// For the report: DynamoDB Local's version.
     #[arg(long, default_value = "unknown")]
     pub dynamodb_local: String,
@@ -79,6 +77,23 @@ impl Options {
             .collect()
     }
 
+    /// The cargo profiles of the function binaries and of this driver, for the report.
+    fn functions_profile(&self) -> &'static str {
+        if self.debug {
+            "dev"
+        } else {
+            "release"
+        }
+    }
+
+    fn driver_profile(&self) -> &'static str {
+        if self.debug {
+            "dev"
+        } else {
+            "bench-fast"
+        }
+    }
+
     /// The command that repeats this run, for the report.
     fn command(&self) -> String {
         let mut command = "cargo xtask bench".to_string();
@@ -87,6 +102,9 @@ impl Options {
         }
         for p in &self.part {
             command.push_str(&format!(" --part {p}"));
+        }
+        if self.debug {
+            command.push_str(" --debug");
         }
         command
     }
@@ -155,7 +173,7 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
         dir: bin_dir.clone(),
         ephemeral_key: bin_dir.join("ephemeral-key"),
         transfer: bin_dir.join("transfer"),
-        profile: o.functions_profile.clone(),
+        profile: o.functions_profile().into(),
     };
     if parts.contains(&3) {
         println!("part 3: the functions' binaries under the runtime API emulator");

@@ -61,7 +61,7 @@ impl Figures {
             date: now_utc(),
             command: o.command(),
             machine,
-            driver_profile: o.driver_profile.clone(),
+            driver_profile: o.driver_profile().into(),
             dynamodb_local: o.dynamodb_local.clone(),
             java: o.java.clone(),
             parts: parts.clone(),

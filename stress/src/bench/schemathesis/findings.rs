@@ -132,9 +132,14 @@ impl Finding {
             "reported"
         };
         let detail = self.detail.as_deref().unwrap_or("");
-        let accepted_only = self.checks.keys().all(|c| c == "positive_data_acceptance");
+        let only = |names: &[&str]| self.checks.keys().all(|c| names.contains(&c.as_str()));
+        let accepted_only = only(&["positive_data_acceptance"]);
+        let preflight = self.operation.starts_with("OPTIONS ")
+            && self.problem.as_deref() == Some("method_not_allowed")
+            && only(&["positive_data_acceptance", "missing_required_header"]);
         self.kind = match self.problem.as_deref() {
             _ if self.from_front => "front",
+            _ if preflight => "preflight",
             _ if !accepted_only => "unexplained",
             Some("invalid_request") if detail.contains("Idempotency-Key") => "long_key",
             Some("invalid_request") if detail.contains("voice") => "voice",
