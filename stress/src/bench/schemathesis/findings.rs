@@ -65,7 +65,11 @@ pub struct Outcome {
     #[serde(skip)]
     pub checks: BTreeMap<String, (u64, u64)>,
     pub failures: Vec<Finding>,
+    /// Errors of requests (not of the document), `title ×count`.
     pub errors: Vec<String>,
+    /// Operations Schemathesis could not test because of the document: (operation, error
+    /// type, message).
+    pub untestable: BTreeSet<(String, String, String)>,
     /// 5xx without `X-Request-Id`: answered by the front, no function ran.
     pub front_5xx: u64,
     /// 5xx that carried `X-Request-Id`: a function's.

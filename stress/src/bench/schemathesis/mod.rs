@@ -172,6 +172,8 @@ pub struct Schemathesis {
     /// Every finding of the three runs, in order.
     pub findings: Vec<RunFinding>,
     pub errors: Vec<String>,
+    /// Operations the document kept Schemathesis from testing: (operation, type, message).
+    pub untestable: Vec<(String, String, String)>,
     pub function_5xx: u64,
     pub front_5xx: u64,
     pub panics: usize,
@@ -428,9 +430,11 @@ fn schemathesis(
         seconds,
         exit: status.to_string(),
         generated: summary.test_cases.generated,
+        // A schema error is the document's (listed from the events below), not a request's.
         errors: summary
             .errors
             .iter()
+            .filter(|e| e.title != "Schema Error")
             .map(|e| format!("{} ×{}", e.title, e.count))
             .collect(),
         ..Outcome::default()
@@ -440,6 +444,14 @@ fn schemathesis(
             serde_json::from_str(line).map_err(|e| broken(format!("wrote bad NDJSON: {e}")))?;
         if let Some(finished) = event.scenario_finished {
             outcome.add(&finished.recorder, caller);
+        }
+        if let Some(e) = event
+            .non_fatal_error
+            .filter(|e| e.value.kind == "InvalidSchema")
+        {
+            outcome
+                .untestable
+                .insert((e.label, e.value.kind, e.value.message));
         }
     }
     if outcome.calls == 0 {
@@ -553,6 +565,10 @@ fn summarise(
         .flat_map(|o| o.errors.iter().map(move |e| format!("{}: {e}", o.name)))
         .collect();
     let function_5xx = outcomes.iter().map(|o| o.function_5xx).sum();
+    let untestable = outcomes
+        .iter()
+        .flat_map(|o| o.untestable.iter().cloned())
+        .collect();
     let schema_failures = schema_failures(&outcomes).len();
     shout(&outcomes, function_5xx, panics, &errors);
     let findings = outcomes
@@ -580,6 +596,7 @@ fn summarise(
         findings,
         no_5xx: function_5xx == 0 && panics == 0 && errors.is_empty(),
         errors,
+        untestable,
         function_5xx,
         front_5xx: outcomes.iter().map(|o| o.front_5xx).sum(),
         panics,

@@ -33,11 +33,30 @@ pub struct SummaryError {
     pub count: u64,
 }
 
-/// One NDJSON line; only `ScenarioFinished` matters here.
+/// One NDJSON line; only `ScenarioFinished` and `NonFatalError` matter here.
 #[derive(Debug, Deserialize)]
 pub struct Event {
     #[serde(rename = "ScenarioFinished")]
     pub scenario_finished: Option<ScenarioFinished>,
+    #[serde(rename = "NonFatalError")]
+    pub non_fatal_error: Option<NonFatalError>,
+}
+
+/// An operation Schemathesis could not test (e.g. `InvalidSchema`: the document is wrong).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NonFatalError {
+    /// `METHOD /path`.
+    pub label: String,
+    pub value: ErrorValue,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ErrorValue {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
 }
 
 #[derive(Debug, Deserialize)]
