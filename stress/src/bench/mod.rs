@@ -44,7 +44,8 @@ pub struct Options {
     /// stdout unless --report says otherwise.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=4))]
     pub part: Vec<u8>,
-    /// Where to write the report (default: docs/benchmarks.md when every part runs).
+    /// Where to write the report (default: docs/benchmarks.md when every part runs, without
+    /// --debug).
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Part 1: the Python of the venv with Powertools and boto3.
@@ -148,10 +149,9 @@ impl BenchError {
 pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error> {
     let parts = o.parts();
     let n = o.n as usize;
+    // Only a full run on the real profiles replaces the committed report.
     let report_path = o.report.clone().or_else(|| {
-        o.part
-            .is_empty()
-            .then(|| workspace_root().join("docs").join("benchmarks.md"))
+        (o.part.is_empty() && !o.debug).then(|| workspace_root().join("docs").join("benchmarks.md"))
     });
     let mut figures = report::Figures::new(&o, &parts);
 
