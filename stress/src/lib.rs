@@ -65,8 +65,10 @@ impl Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// A day of hostile transfer traffic with faults and kills, then a reconciliation.
+    #[command(long_about = replay::LONG_ABOUT)]
     Replay(replay::Options),
     /// Attack drills against the rate limits, with and without the block cache.
+    #[command(long_about = drill::LONG_ABOUT)]
     Drill(drill::Options),
     /// The figures in docs/benchmarks.md.
     Bench(bench::Options),

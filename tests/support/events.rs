@@ -173,3 +173,31 @@ impl Event {
         lambda_http::request::from_str(&self.to_json().to_string()).expect("valid v2 event")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lambda_http::RequestExt;
+
+    /// What API Gateway hands over survives the trip through `lambda_http`'s parser: method,
+    /// path, query, a header sent twice as two values, and a body that is not UTF-8.
+    #[test]
+    fn from_http_keeps_repeated_headers_and_binary_bodies() {
+        let req = http::Request::post("/transfers?dry=1")
+            .header("x-forwarded-for", "198.51.100.1")
+            .header("x-forwarded-for", "198.51.100.2")
+            .header("idempotency-key", "k1")
+            .body(vec![0xff, 0x00, 0x41])
+            .unwrap();
+        let parsed = Event::from_http(&req, "192.0.2.7").request();
+        assert_eq!(parsed.method(), "POST");
+        assert_eq!(parsed.uri().path(), "/transfers");
+        assert_eq!(parsed.query_string_parameters().first("dry"), Some("1"));
+        let xff: Vec<_> = parsed.headers().get_all("x-forwarded-for").iter().collect();
+        assert_eq!(xff, ["198.51.100.1", "198.51.100.2"]);
+        assert_eq!(parsed.headers()["idempotency-key"], "k1");
+        assert_eq!(parsed.body().as_ref(), &[0xff, 0x00, 0x41]);
+        let json = Event::from_http(&req, "192.0.2.7").to_json();
+        assert_eq!(json["requestContext"]["http"]["sourceIp"], "192.0.2.7");
+    }
+}

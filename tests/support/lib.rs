@@ -3,6 +3,9 @@
 //! Every test makes its own tables ([`dynamo::Tables::create`]) so tests run in parallel without
 //! seeing each other's counters. `DYNAMODB_ENDPOINT` must point at DynamoDB Local; `cargo xtask
 //! test` starts one and sets it.
+//!
+//! The stress harness (`stress/`, `tollgate-stress`) builds on the same library: its fault
+//! proxy, OpenAI stand-in, event builder and tables are these, so each exists once.
 
 pub mod counting;
 pub mod dynamo;

@@ -24,25 +24,26 @@ use tollgate::serve::Function as _;
 use crate::stack::{self, random_hex, Stack};
 use crate::Global;
 
-/// What to drill (the same options as `cargo xtask drill` always had).
-#[derive(Debug, Clone, clap::Args)]
-#[command(
-    about = "Attack drills against the rate limits, with and without the block cache",
-    long_about = "Attack drills against the rate limits of the functions under the harness's \
+/// What `--help` says beyond the one-line summary.
+pub const LONG_ABOUT: &str =
+    "Attack drills against the rate limits of the functions under the harness's \
 Lambda runtime API, in `cloudfront` mode, with windows of 10 s (5 s with --short): floods with \
 random tokens and with no token, a rotating spoofed X-Forwarded-For, rotating IPv6 addresses \
 inside one /64, a stolen client token from rotating addresses, the reconnect loop over three \
 windows, internal callers sharing one address, a forged internal token. Reports admitted requests \
 against the configured limit per key, and DynamoDB requests per rejected request with and without \
 the block cache (a restart of the functions with RATE_LIMIT_BLOCK_CACHE_SIZE=0). Exits non-zero on \
-any violation."
-)]
+any violation.";
+
+/// What to drill (the same options as `cargo xtask drill` always had).
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
     /// Windows of 5 s instead of 10 s, and no report unless --report (what `cargo xtask test`
     /// runs).
     #[arg(long)]
     pub short: bool,
-    /// Where to write the report (the full run writes docs/drill.md unless told otherwise).
+    /// Where to write the report (`cargo xtask drill` without --short writes docs/drill.md
+    /// unless told otherwise).
     #[arg(long)]
     pub report: Option<PathBuf>,
 }

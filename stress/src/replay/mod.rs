@@ -21,11 +21,9 @@ use std::path::PathBuf;
 use crate::stack::{self, Stack};
 use crate::Global;
 
-/// What to replay (the same options and defaults as `cargo xtask replay` always had).
-#[derive(Debug, Clone, clap::Args)]
-#[command(
-    about = "Replays a day of transfer traffic with faults and kills, then reconciles DynamoDB",
-    long_about = "Replays a day of transfer traffic generated from the seed: at least --requests \
+/// What `--help` says beyond the one-line summary.
+pub const LONG_ABOUT: &str =
+    "Replays a day of transfer traffic generated from the seed: at least --requests \
 requests over --accounts accounts of --clients clients, with lost responses and retries under the \
 same key (some much later), 2-5 concurrent duplicates, keys reused with a changed body, \
 insufficient funds, bad input and invalid tokens. Through the real transfer binary (--instances \
@@ -35,8 +33,10 @@ requests, responses dropped after commit, 500s, delays below and past the SDK's 
 throttling, and for transactions TransactionInProgress, a TransactionConflict on the debited \
 account and IdempotentParameterMismatch), and --kills SIGKILLs of a transfer process, each \
 followed by a new process. Then reconciles DynamoDB, read directly, against a ledger computed \
-from the log; prints a report (also to --report), exits non-zero on any violation."
-)]
+from the log; prints a report (also to --report), exits non-zero on any violation.";
+
+/// What to replay (the same options and defaults as `cargo xtask replay` always had).
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
     /// Seed of the generated day.
     #[arg(long, default_value_t = 1)]
