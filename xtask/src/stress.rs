@@ -56,7 +56,11 @@ fn build<S: AsRef<std::ffi::OsStr>>(command: &str, run_args: &[S]) -> Result<Bui
     step(&format!("{command}: build"));
     // The bench's functions as a deploy builds them (`release`), its driver optimised but
     // cheaper to build (`bench-fast`); `bench --debug` is a smoke run on debug builds.
-    if command == "bench" && !run_args.iter().any(|a| a.as_ref() == "--debug") {
+    // (`--help` needs only the harness: a debug build.)
+    let debug = run_args
+        .iter()
+        .any(|a| ["--debug", "--help", "-h"].contains(&a.as_ref().to_str().unwrap_or("")));
+    if command == "bench" && !debug {
         let functions = util::cargo_build_bins(
             &["--release", "-p", "transfer", "-p", "ephemeral-key"],
             &["transfer"],
