@@ -5,10 +5,10 @@ A transfer under an idempotency key with AWS Lambda Powertools for Python's idem
 Tollgate's `Ledger::transfer`: one TransactWriteItems with the debit (conditioned on existence,
 owner, currency and balance), the credit and the transfer record.
 
-Run by the Rust driver (`tests/bench/main.rs`) against the same DynamoDB Local, with the same N
-and concurrency levels. It writes raw latencies (ms) and DynamoDB request counts (per HTTP
-attempt, from a botocore `before-send` hook) as JSON; the driver computes the statistics, with
-the same code for both sides.
+Run by the Rust driver (`stress/src/bench/idempotency.rs`) against the same DynamoDB Local, with
+the same N and concurrency levels. It writes raw latencies (ms) and DynamoDB request counts (per
+HTTP attempt, from a botocore `before-send` hook) as JSON; the driver computes the statistics,
+with the same code for both sides.
 """
 
 import argparse

@@ -82,6 +82,6 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Replay(o) => replay::run(&cli.global, o).await,
         Command::Drill(o) => drill::run(&cli.global, o).await,
-        Command::Bench(o) => bench::run(o).await,
+        Command::Bench(o) => bench::run(&cli.global, o).await,
     }
 }

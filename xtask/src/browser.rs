@@ -63,7 +63,6 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
-                ..dev::Hooks::default()
             },
         },
         None,

@@ -116,20 +116,14 @@ pub struct Options {
     pub reload: bool,
     /// Interactive use: copy the functions' log to the terminal once the stack is ready.
     pub interactive: bool,
-    /// What the tests (and `cargo xtask replay`) change; the default changes nothing.
+    /// What the browser tests change; the default changes nothing.
     pub hooks: Hooks,
 }
 
-/// Hooks into the stack: variables only the functions see (the browser tests' limits; the
-/// replay's `DYNAMODB_ENDPOINT`, a fault proxy, while the CLI and the stack file keep DynamoDB
-/// Local itself), and, for `cargo xtask replay` and `drill` (moving to `stress/`), a fixed
-/// DynamoDB Local port (the proxy in front of it starts before the stack) and
-/// `cargo lambda watch --concurrency` (instances per function; cargo-lambda's default is 1).
+/// Hooks into the stack: variables only the functions see (the browser tests' limits).
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
-    pub dynamodb_port: Option<u16>,
     pub function_env: Vec<(String, String)>,
-    pub concurrency: Option<u32>,
 }
 
 /// The demo client and its accounts (payer first); also the demo file of `--persist`.
@@ -188,17 +182,11 @@ pub struct Stack {
     pub stack_file: PathBuf,
     pub functions_log: PathBuf,
     functions: Option<processes::Tree>,
-    /// Starts `cargo lambda watch` again, as at start (see [`Stack::restart_functions_with`]).
-    respawn: Option<Respawn>,
     web: Option<processes::Tree>,
     ddb: Option<DynamoDbLocal>,
     echo: Option<Echo>,
     lock: Option<Lock>,
 }
-
-/// Starts `cargo lambda watch`; the argument is variables the functions see on top of the
-/// hooks' (see [`Stack::restart_functions_with`]).
-type Respawn = Box<dyn Fn(&[(String, String)]) -> Result<processes::Tree>>;
 
 /// Paths inside the state directory.
 pub fn stack_file(state_dir: &Path) -> PathBuf {
@@ -257,7 +245,6 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         stack_file,
         functions_log: logs.join("functions.log"),
         functions: None,
-        respawn: None,
         web: None,
         ddb: None,
         echo: None,
@@ -268,7 +255,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     let ddb = dynamodb_local::start(
         &tools.dynamodb_local,
         &opts.storage,
-        opts.hooks.dynamodb_port,
+        None,
         &logs.join("dynamodb-local.log"),
     )?;
     info(format!("{} ({})", ddb.endpoint, opts.storage));
@@ -337,10 +324,10 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
 
     step("functions");
     fs::File::create(&stack.functions_log)?;
-    let respawn: Respawn = {
-        let (venv_bin, log_path) = (tools.venv_bin.clone(), stack.functions_log.clone());
-        let (reload, hooks) = (opts.reload, opts.hooks.clone());
-        Box::new(move |extra: &[(String, String)]| {
+    stack.functions = Some({
+        let (venv_bin, log_path) = (&tools.venv_bin, &stack.functions_log);
+        let (reload, hooks) = (opts.reload, &opts.hooks);
+        {
             let mut cmd = Command::new(venv_bin.join("cargo-lambda"));
             cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
                 .args(["--invoke-port", &invoke_port.to_string()])
@@ -349,24 +336,19 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
             if !reload {
                 cmd.arg("--ignore-changes");
             }
-            if let Some(n) = hooks.concurrency {
-                cmd.args(["--concurrency", &n.to_string()]);
-            }
             env.apply(&mut cmd);
-            for (key, value) in hooks.function_env.iter().chain(extra) {
+            for (key, value) in &hooks.function_env {
                 cmd.env(key, value);
             }
-            let log = fs::OpenOptions::new().append(true).open(&log_path)?;
+            let log = fs::OpenOptions::new().append(true).open(log_path)?;
             cmd.current_dir(util::workspace_root())
-                .env("PATH", util::path_with(&venv_bin)?)
+                .env("PATH", util::path_with(venv_bin)?)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log);
-            processes::spawn("cargo lambda watch", &mut cmd)
-        })
-    };
-    stack.functions = Some(respawn(&[])?);
-    stack.respawn = Some(respawn);
+            processes::spawn("cargo lambda watch", &mut cmd)?
+        }
+    });
     info(format!(
         "cargo lambda watch on 127.0.0.1:{invoke_port}{} (log: {})",
         if opts.reload {
@@ -483,23 +465,6 @@ impl Stack {
             }
             sleep(Duration::from_millis(250));
         }
-    }
-
-    /// Stops `cargo lambda watch` and starts it again on the same port, with `extra_env` on
-    /// top of the hooks' variables for this start only, then waits until the functions answer:
-    /// a cold start of every function. cargo-lambda (1.9.2) never restarts a function process
-    /// that died; invocations then wait for it for ever. So after `cargo xtask replay` kills
-    /// one, this is the restart (`cargo xtask drill` uses it to turn the block cache off).
-    pub fn restart_functions_with(&mut self, extra_env: &[(String, String)]) -> Result {
-        if let Some(mut functions) = self.functions.take() {
-            functions.stop(STOP_GRACE);
-        }
-        let respawn = self
-            .respawn
-            .as_ref()
-            .ok_or("the functions were never started")?;
-        self.functions = Some(respawn(extra_env)?);
-        self.wait_ready()
     }
 
     /// Err if a part of the stack exited on its own.

@@ -8,17 +8,14 @@
 //! `.dev/stack.json`), [`test`] (the whole check CI runs) and [`browser`] (the web client's
 //! checks and `screenshots`). Beneath them: [`processes`] (helper process trees that stop
 //! without leftovers), [`lock`] (one `dev` per state directory), [`signal`] (Ctrl-C recorded,
-//! not fatal) and [`util`] (paths, commands, probes). `replay`, `drill` and `bench` (with
-//! `proxied`, `json`, `http` and `openai_standin`) are the stress harness.
+//! not fatal) and [`util`] (paths, commands, probes). `replay`, `drill` and `bench` run the
+//! `tollgate-stress` harness ([`stress`]; the bench's Python venvs in [`bench_tools`]).
 
-mod bench;
+mod bench_tools;
 mod browser;
 mod dev;
 mod dynamodb_local;
-mod http;
-mod json;
 mod lock;
-mod openai_standin;
 mod processes;
 mod setup;
 mod signal;
@@ -94,7 +91,7 @@ fn main() -> ExitCode {
         Cmd::Screenshots => browser::screenshots(),
         Cmd::Replay(passed) => stress::run("replay", &passed.args),
         Cmd::Drill(passed) => stress::run("drill", &passed.args),
-        Cmd::Bench(passed) => bench::run(&passed.args),
+        Cmd::Bench(passed) => stress::run("bench", &passed.args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

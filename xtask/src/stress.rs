@@ -4,7 +4,8 @@
 //! checks and the report.
 //!
 //! Here: install the tools, build the function binaries and the harness (debug for replay
-//! and drill; the `bench-fast` profile for bench, so the timings mean something), start
+//! and drill; for bench the functions in `release` and the harness in `bench-fast`, so the
+//! timings mean something, and the bench's Python tools from [`crate::bench_tools`]), start
 //! DynamoDB Local in memory, run `tollgate-stress <command> <arguments>` with
 //! `DYNAMODB_ENDPOINT` and dummy AWS credentials (as `cargo test` gets them), stop DynamoDB
 //! Local. The arguments are the harness's (`cargo xtask replay --help` shows its help); the
@@ -25,7 +26,7 @@ pub const DRILL_CI: &[&str] = &["--short"];
 /// `cargo xtask <command> <args>` for `replay`, `drill` and `bench`.
 pub fn run(command: &str, args: &[String]) -> Result {
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        let stress = build(command)?.stress;
+        let stress = build(command, args)?.stress;
         return util::run(Command::new(stress).arg(command).arg("--help"));
     }
     step("setup");
@@ -51,9 +52,32 @@ struct Built {
     bin_dir: PathBuf,
 }
 
-fn build(command: &str) -> Result<Built> {
+fn build<S: AsRef<std::ffi::OsStr>>(command: &str, run_args: &[S]) -> Result<Built> {
     step(&format!("{command}: build"));
-    let mut args = vec![
+    // The bench's functions as a deploy builds them (`release`), its driver optimised but
+    // cheaper to build (`bench-fast`); `bench --debug` is a smoke run on debug builds.
+    // (`--help` needs only the harness: a debug build.)
+    let debug = run_args
+        .iter()
+        .any(|a| ["--debug", "--help", "-h"].contains(&a.as_ref().to_str().unwrap_or("")));
+    if command == "bench" && !debug {
+        let functions = util::cargo_build_bins(
+            &["--release", "-p", "transfer", "-p", "ephemeral-key"],
+            &["transfer"],
+        )?;
+        let stress = util::cargo_build_bins(
+            &["--profile", "bench-fast", "-p", "tollgate-stress"],
+            &["tollgate-stress"],
+        )?;
+        return Ok(Built {
+            stress: stress[0].clone(),
+            bin_dir: functions[0]
+                .parent()
+                .ok_or("the transfer binary has no directory")?
+                .to_path_buf(),
+        });
+    }
+    let args = vec![
         "-p",
         "transfer",
         "-p",
@@ -61,9 +85,6 @@ fn build(command: &str) -> Result<Built> {
         "-p",
         "tollgate-stress",
     ];
-    if command == "bench" {
-        args.extend(["--profile", "bench-fast"]);
-    }
     let bins = util::cargo_build_bins(&args, &["transfer", "tollgate-stress"])?;
     let bin_dir = bins[0]
         .parent()
@@ -78,7 +99,7 @@ fn build(command: &str) -> Result<Built> {
 /// Builds and runs `tollgate-stress <command> <args>` against a fresh in-memory DynamoDB
 /// Local; Err when the harness fails (a violation, or a stack that would not work).
 pub fn stress<S: AsRef<std::ffi::OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Result {
-    let built = build(command)?;
+    let built = build(command, args)?;
     step(&format!("{command}: dynamodb-local"));
     let log = util::cache_dir()?
         .join("logs")
@@ -91,8 +112,11 @@ pub fn stress<S: AsRef<std::ffi::OsStr>>(tools: &Tools, command: &str, args: &[S
     cmd.arg("--bin-dir")
         .arg(&built.bin_dir)
         .arg(command)
-        .args(args)
-        .env("DYNAMODB_ENDPOINT", &ddb.endpoint)
+        .args(args);
+    if command == "bench" {
+        cmd.args(crate::bench_tools::stress_args(&tools.dynamodb_local)?);
+    }
+    cmd.env("DYNAMODB_ENDPOINT", &ddb.endpoint)
         .env("AWS_ENDPOINT_URL_DYNAMODB", &ddb.endpoint);
     util::dummy_aws(&mut cmd);
     let result = util::run(&mut cmd);

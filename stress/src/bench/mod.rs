@@ -1,21 +1,200 @@
-//! `bench`: the figures in `docs/benchmarks.md` (engineer E moves it here).
+//! `bench`: the figures in `docs/benchmarks.md`, every one from one run.
+//!
+//! 1. [`idempotency`]: Tollgate's `Ledger::transfer` against AWS Lambda Powertools for
+//!    Python's `@idempotent_function` doing the same transaction (run in its venv).
+//! 2. [`limiter`]: `RateLimiter::check` against a bare conditional `UpdateItem`, and what a
+//!    rejection costs with and without the block cache.
+//! 3. [`binaries`]: each function's binary as Lambda runs it, in the harness's function pool
+//!    under its runtime API emulator ([`crate::lambda`]): cold start, warm latency, peak memory,
+//!    size.
+//! 4. [`schemathesis`]: Schemathesis against `openapi.yaml`, through the harness's HTTP front
+//!    to the same kind of function processes.
+//!
+//! All four share one DynamoDB Local (`DYNAMODB_ENDPOINT`, which `cargo xtask bench` starts in
+//! memory), each part on tables of its own. `cargo xtask bench` also builds the binaries and
+//! installs the pinned Python tools, and passes their paths as options; this crate measures,
+//! and [`report`] renders the figures through `templates/bench*.md`, where all the prose is.
 
+mod binaries;
+mod idempotency;
+mod limiter;
+mod report;
+mod schemathesis;
+mod stats;
+
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-/// What to bench (the same options as `cargo xtask bench` had).
-#[derive(Debug, Clone, clap::Args)]
-pub struct Options {
-    /// Requests per phase.
-    #[arg(long, default_value_t = 400)]
-    pub n: usize,
-    /// Only these parts (1 to 4; 1 and 2 run together).
-    #[arg(long)]
-    pub part: Vec<u8>,
-    /// Where to write the report.
-    #[arg(long)]
-    pub report: Option<PathBuf>,
+/// Warm-up calls before every measured phase (connections, caches), not measured.
+const WARMUP: usize = 20;
+
+/// The workspace this binary was built from: where `openapi.yaml`, the Powertools script and
+/// `docs/` are.
+fn workspace_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-pub async fn run(_o: Options) -> Result<(), crate::Error> {
-    Err("bench: not implemented yet".into())
+/// What to bench (the options `cargo xtask bench` always had), and where the tools are.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Options {
+    /// Requests per measured phase.
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(1..))]
+    pub n: u32,
+    /// Only these parts (1 to 4, repeatable; 1 and 2 run together); the report then goes to
+    /// stdout unless --report says otherwise.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=4))]
+    pub part: Vec<u8>,
+    /// Where to write the report (default: docs/benchmarks.md when every part runs, without
+    /// --debug).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Part 1: the Python of the venv with Powertools and boto3.
+    #[arg(long)]
+    pub powertools_python: Option<PathBuf>,
+    /// Part 4: the `schemathesis` of its venv.
+    #[arg(long)]
+    pub schemathesis: Option<PathBuf>,
+    /// The binaries are debug builds: a smoke run (`cargo xtask bench --debug` builds nothing
+    /// in release), whose report says so.
+    #[arg(long)]
+    pub debug: bool,
+    /// For the report: DynamoDB Local's version.
+    #[arg(long, default_value = "unknown")]
+    pub dynamodb_local: String,
+    /// For the report: `java -version`'s first line.
+    #[arg(long, default_value = "unknown")]
+    pub java: String,
+}
+
+impl Options {
+    /// The parts to run: every part without `--part`; 2 means 1 (measured together).
+    fn parts(&self) -> BTreeSet<u8> {
+        if self.part.is_empty() {
+            return BTreeSet::from([1, 3, 4]);
+        }
+        self.part
+            .iter()
+            .map(|&p| if p == 2 { 1 } else { p })
+            .collect()
+    }
+
+    /// The cargo profiles of the function binaries and of this driver, for the report.
+    fn functions_profile(&self) -> &'static str {
+        if self.debug {
+            "dev"
+        } else {
+            "release"
+        }
+    }
+
+    fn driver_profile(&self) -> &'static str {
+        if self.debug {
+            "dev"
+        } else {
+            "bench-fast"
+        }
+    }
+
+    /// The command that repeats this run, for the report.
+    fn command(&self) -> String {
+        let mut command = "cargo xtask bench".to_string();
+        if self.n != 400 {
+            command.push_str(&format!(" --n {}", self.n));
+        }
+        for p in &self.part {
+            command.push_str(&format!(" --part {p}"));
+        }
+        if self.debug {
+            command.push_str(" --debug");
+        }
+        command
+    }
+}
+
+/// Why a run failed. A wrong answer fails the bench: timing errors would measure the wrong
+/// thing.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("setup: {0}")]
+    Setup(String),
+    #[error("a wrong answer: {0}")]
+    WrongAnswer(String),
+    #[error("Powertools for Python: {0}")]
+    Powertools(String),
+    #[error("Schemathesis ({caller}) {what}; the end of its output:\n{tail}")]
+    Schemathesis {
+        caller: &'static str,
+        what: String,
+        tail: String,
+    },
+    #[error(transparent)]
+    Lambda(#[from] crate::lambda::Error),
+    #[error("the report: {0}")]
+    Report(#[from] minijinja::Error),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl BenchError {
+    fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Self {
+        let what = what.to_string();
+        move |source| Self::Io { what, source }
+    }
+}
+
+pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error> {
+    let parts = o.parts();
+    let n = o.n as usize;
+    // Only a full run on the real profiles replaces the committed report.
+    let report_path = o.report.clone().or_else(|| {
+        (o.part.is_empty() && !o.debug).then(|| workspace_root().join("docs").join("benchmarks.md"))
+    });
+    let mut figures = report::Figures::new(&o, &parts);
+
+    if parts.contains(&1) {
+        let python = o
+            .powertools_python
+            .clone()
+            .ok_or_else(|| BenchError::Setup("part 1 needs --powertools-python".into()))?;
+        let script = workspace_root()
+            .join("bench")
+            .join("powertools_transfer.py");
+        println!("part 1: Tollgate, {n} new + {n} duplicates per concurrency level");
+        figures.idempotency = Some(idempotency::run(n, &python, &script).await?);
+        println!("part 2: limiter vs bare UpdateItem, {n} calls each");
+        figures.limiter = Some(limiter::run(n).await?);
+    }
+    let bin_dir = global.bin_dir()?;
+    let bins = binaries::Binaries {
+        dir: bin_dir.clone(),
+        ephemeral_key: bin_dir.join("ephemeral-key"),
+        transfer: bin_dir.join("transfer"),
+        profile: o.functions_profile().into(),
+    };
+    if parts.contains(&3) {
+        println!("part 3: the functions' binaries under the runtime API emulator");
+        figures.binaries = Some(binaries::run(&bins, n).await?);
+    }
+    if parts.contains(&4) {
+        println!("part 4: Schemathesis against openapi.yaml through the HTTP front");
+        let cli = o
+            .schemathesis
+            .clone()
+            .ok_or_else(|| BenchError::Setup("part 4 needs --schemathesis".into()))?;
+        figures.schemathesis = Some(schemathesis::run(&bins, &cli).await?);
+    }
+
+    let text = report::render(&figures)?;
+    match report_path {
+        Some(path) => {
+            std::fs::write(&path, &text).map_err(BenchError::io(path.display()))?;
+            println!("report written to {}", path.display());
+        }
+        None => println!("\n{text}"),
+    }
+    Ok(())
 }

@@ -1,0 +1,149 @@
+//! The report: `templates/bench.md` (the head, the machine, the goals) including one template
+//! per part, rendered with minijinja from [`Figures`]. Rust computes the figures and the goals'
+//! verdicts; every sentence is in the templates.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::SystemTime;
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde::Serialize;
+
+use super::idempotency::Idempotency;
+use super::limiter::Limiter;
+use super::schemathesis::Schemathesis;
+use super::{BenchError, Options};
+
+const TEMPLATES: &[(&str, &str)] = &[
+    ("bench.md", include_str!("../../templates/bench.md")),
+    (
+        "bench-idempotency.md",
+        include_str!("../../templates/bench-idempotency.md"),
+    ),
+    (
+        "bench-limiter.md",
+        include_str!("../../templates/bench-limiter.md"),
+    ),
+    (
+        "bench-binaries.md",
+        include_str!("../../templates/bench-binaries.md"),
+    ),
+    (
+        "bench-schemathesis.md",
+        include_str!("../../templates/bench-schemathesis.md"),
+    ),
+];
+
+/// Everything the report shows; a part that did not run is `None`.
+#[derive(Debug, Serialize)]
+pub struct Figures {
+    /// `YYYY-MM-DD HH:MM UTC`.
+    pub date: String,
+    pub command: String,
+    /// (label, value) rows of the machine table, before the parts' own versions.
+    pub machine: Vec<(String, String)>,
+    pub driver_profile: String,
+    pub dynamodb_local: String,
+    pub java: String,
+    /// Which parts ran (2 is part of 1).
+    pub parts: BTreeSet<u8>,
+    pub idempotency: Option<Idempotency>,
+    pub limiter: Option<Limiter>,
+    pub binaries: Option<super::binaries::Figures>,
+    pub schemathesis: Option<Schemathesis>,
+}
+
+impl Figures {
+    pub fn new(o: &Options, parts: &BTreeSet<u8>) -> Self {
+        let mut machine = machine();
+        machine.push(("rustc".into(), first_line(Command::new("rustc").arg("-V"))));
+        Self {
+            date: now_utc(),
+            command: o.command(),
+            machine,
+            driver_profile: o.driver_profile().into(),
+            dynamodb_local: o.dynamodb_local.clone(),
+            java: o.java.clone(),
+            parts: parts.clone(),
+            idempotency: None,
+            limiter: None,
+            binaries: None,
+            schemathesis: None,
+        }
+    }
+}
+
+pub fn render(figures: &Figures) -> Result<String, BenchError> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(true);
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.add_filter("fixed", fixed);
+    for (name, source) in TEMPLATES {
+        env.add_template(name, source)?;
+    }
+    Ok(env.get_template("bench.md")?.render(figures)?)
+}
+
+/// `value` with exactly `digits` decimals.
+fn fixed(value: f64, digits: usize) -> String {
+    format!("{value:.digits$}")
+}
+
+/// The minute of the run, in UTC.
+fn now_utc() -> String {
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    // 2026-12-01T02:18:07Z
+    format!("{} {} UTC", &stamp[..10], &stamp[11..16])
+}
+
+/// The first line a command prints (on stdout, else stderr, as `java -version` does).
+pub fn first_line(cmd: &mut Command) -> String {
+    match cmd.output() {
+        Ok(out) => {
+            let text = if out.stdout.is_empty() {
+                out.stderr
+            } else {
+                out.stdout
+            };
+            String::from_utf8_lossy(&text)
+                .lines()
+                .next()
+                .unwrap_or("unknown")
+                .trim()
+                .to_string()
+        }
+        Err(_) => "unknown".into(),
+    }
+}
+
+/// CPUs, model, memory, kernel, from `/proc`.
+fn machine() -> Vec<(String, String)> {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let cpuinfo = read("/proc/cpuinfo");
+    let cpu = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map_or_else(|| "unknown".into(), |s| s.trim().to_string());
+    let meminfo = read("/proc/meminfo");
+    let mem = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or_else(
+            || "unknown".into(),
+            |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
+        );
+    let cores =
+        std::thread::available_parallelism().map_or_else(|_| "unknown".into(), |n| n.to_string());
+    let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
+    vec![
+        ("CPUs available (nproc)".into(), cores),
+        ("CPU model".into(), cpu),
+        ("memory".into(), mem),
+        ("Linux kernel".into(), kernel),
+    ]
+}

@@ -1,0 +1,216 @@
+//! What Schemathesis writes, as far as part 4 reads it: the JSON summary (`--report json`) and
+//! the NDJSON event stream (`--report ndjson`), whose `ScenarioFinished` events carry each
+//! scenario's recorder (cases, interactions, checks). Every field is optional or defaulted:
+//! a field a later Schemathesis drops must not turn into a parse failure of the whole run, only
+//! into a smaller report.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The JSON summary of one run.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Summary {
+    pub complete: bool,
+    pub stop_reason: Option<String>,
+    pub test_cases: TestCases,
+    pub errors: Vec<SummaryError>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TestCases {
+    pub generated: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SummaryError {
+    pub title: String,
+    pub count: u64,
+}
+
+/// One NDJSON line; only `ScenarioFinished` and `NonFatalError` matter here.
+#[derive(Debug, Deserialize)]
+pub struct Event {
+    #[serde(rename = "ScenarioFinished")]
+    pub scenario_finished: Option<ScenarioFinished>,
+    #[serde(rename = "NonFatalError")]
+    pub non_fatal_error: Option<NonFatalError>,
+}
+
+/// An operation Schemathesis could not test (e.g. `InvalidSchema`: the document is wrong).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NonFatalError {
+    /// `METHOD /path`.
+    pub label: String,
+    pub value: ErrorValue,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ErrorValue {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ScenarioFinished {
+    pub recorder: Recorder,
+}
+
+/// A scenario's cases, interactions and checks, each keyed by case id.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Recorder {
+    pub cases: BTreeMap<String, CaseNode>,
+    pub interactions: BTreeMap<String, Interaction>,
+    pub checks: BTreeMap<String, Vec<Check>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CaseNode {
+    pub value: Option<Case>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Case {
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub meta: Option<CaseMeta>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CaseMeta {
+    pub phase: Option<Named>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Named {
+    pub name: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Interaction {
+    pub request: Option<Request>,
+    pub response: Option<Response>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Request {
+    pub method: String,
+    pub uri: String,
+    /// Each header's values, in order.
+    pub headers: BTreeMap<String, Vec<String>>,
+    pub body: Option<Payload>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Response {
+    pub status_code: Option<u16>,
+    /// Names as received; values are not read.
+    pub headers: BTreeMap<String, Value>,
+    pub content: Option<Payload>,
+}
+
+/// Bytes as Schemathesis records them: `{"$base64": "…"}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Payload {
+    #[serde(rename = "$base64")]
+    pub base64: Option<String>,
+}
+
+impl Payload {
+    /// The bytes, `None` if absent or not base64.
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        base64::engine::general_purpose::STANDARD
+            .decode(self.base64.as_deref()?)
+            .ok()
+    }
+}
+
+impl Response {
+    pub fn has_request_id(&self) -> bool {
+        self.headers
+            .keys()
+            .any(|name| name.eq_ignore_ascii_case("x-request-id"))
+    }
+
+    pub fn body(&self) -> Vec<u8> {
+        self.content
+            .as_ref()
+            .and_then(Payload::bytes)
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Check {
+    pub name: String,
+    pub status: String,
+    pub failure_info: Option<FailureInfo>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct FailureInfo {
+    pub failure: Failure,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Failure {
+    pub code: Option<String>,
+    pub title: Option<String>,
+    pub message: Option<String>,
+    pub operation: Option<String>,
+}
+
+/// The problem+json fields part 4 reports.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Problem {
+    pub code: Option<String>,
+    pub detail: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_recorded_scenario() {
+        let line = r#"{"ScenarioFinished": {"recorder": {
+            "cases": {"c1": {"value": {"method": "POST", "path": "/session", "meta": {"phase": {"name": "coverage"}}}}},
+            "interactions": {"c1": {"request": {"method": "POST", "uri": "http://x/session", "headers": {"A": ["b"]}, "body": {"$base64": "e30="}},
+                                    "response": {"status_code": 400, "headers": {"X-Request-Id": ["r"]}, "content": {"$base64": "eyJjb2RlIjoiaW52YWxpZF9yZXF1ZXN0In0="}}}},
+            "checks": {"c1": [{"name": "not_a_server_error", "status": "success"}]},
+            "unknown": 1}}}"#;
+        let event: Event = serde_json::from_str(line).unwrap();
+        let recorder = event.scenario_finished.unwrap().recorder;
+        let interaction = &recorder.interactions["c1"];
+        let request = interaction.request.as_ref().unwrap();
+        assert_eq!(request.body.as_ref().unwrap().bytes().unwrap(), b"{}");
+        let response = interaction.response.as_ref().unwrap();
+        assert!(response.has_request_id());
+        let problem: Problem = serde_json::from_slice(&response.body()).unwrap();
+        assert_eq!(problem.code.as_deref(), Some("invalid_request"));
+        assert_eq!(recorder.checks["c1"][0].name, "not_a_server_error");
+        let other: Event = serde_json::from_str(r#"{"Initialize": {}}"#).unwrap();
+        assert!(other.scenario_finished.is_none());
+    }
+}
