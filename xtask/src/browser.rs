@@ -11,15 +11,14 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::dev;
-use crate::dynamodb_local::Storage;
 use crate::setup::{self, Tools};
 use crate::util::{self, info, step, Result};
 
-/// What the browser tests' stack changes: a small `ip` limit (the third session of a window is
-/// refused), a block cache and kill-switch cache of 0 (each test's reset and flip apply at
-/// once), and a short upstream cooldown (the page's 503 waits stay short).
+/// What the browser tests' stack changes: a small `ip` limit for the session function (the third
+/// session of a window is refused), a block cache and kill-switch cache of 0 (each test's reset
+/// and flip apply at once), and a short upstream cooldown (the page's 503 waits stay short).
+const SESSION_LIMITS: &str = "ip=2/1h,global=1000/1d";
 const STACK_ENV: &[(&str, &str)] = &[
-    ("SESSION_RATE_LIMITS", "ip=2/1h,global=1000/1d"),
     ("RATE_LIMIT_BLOCK_CACHE_SECONDS", "0"),
     ("KILL_SWITCH_CACHE_SECONDS", "0"),
     ("UPSTREAM_COOLDOWN_SECONDS", "2"),
@@ -46,47 +45,32 @@ pub fn unit(tools: &Tools) -> Result {
 /// The browser tests against a private stack; with `screenshots`, pictures go there.
 pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
     let chromium = setup::chromium()?;
-    let runs = util::cache_dir()?.join("browser");
-    let state_dir = runs.join(std::process::id().to_string());
-    let _ = fs::remove_dir_all(&state_dir);
-    step("browser: stack");
-    let stack = dev::start(
-        tools,
-        &dev::Options {
-            state_dir: state_dir.clone(),
-            storage: Storage::InMemory,
-            invoke_port: None,
-            reload: false,
-            interactive: false,
-            hooks: dev::Hooks {
-                function_env: STACK_ENV
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            },
-        },
-        None,
-    )?;
     let cli = dev::build_cli()?;
-    step("browser: test");
-    let mut cmd = Command::new("node");
-    cmd.args(["--test", "--test-concurrency=1"])
-        .arg(util::workspace_root().join("web/dev/browser.test.cjs"))
-        .env("NODE_PATH", &tools.web_modules)
-        .env("CHROMIUM", &chromium)
-        .env("TOLLGATE_STACK_FILE", &stack.stack_file)
-        .env("TOLLGATE_CLI", &cli)
-        // The CLI resolves a layer's limit from the same variable the function reads.
-        .env("SESSION_RATE_LIMITS", STACK_ENV[0].1);
-    if let Some(dir) = screenshots {
-        fs::create_dir_all(dir)?;
-        cmd.env("SCREENSHOT_DIR", dir);
-    }
-    let result = util::run(&mut cmd);
-    step("browser: stop");
-    drop(stack);
-    util::tidy_state_dir(&result, &state_dir, "browser test");
-    result
+    let limits = (
+        dev::catalog(&cli)?.session()?.limits_variable.clone(),
+        SESSION_LIMITS,
+    );
+    let mut env: Vec<_> = STACK_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.push((limits.0.clone(), limits.1.to_string()));
+    dev::with_private_stack(tools, "browser", env, |stack| {
+        let mut cmd = Command::new("node");
+        cmd.args(["--test", "--test-concurrency=1"])
+            .arg(util::workspace_root().join("web/dev/browser.test.cjs"))
+            .env("NODE_PATH", &tools.web_modules)
+            .env("CHROMIUM", &chromium)
+            .env("TOLLGATE_STACK_FILE", &stack.stack_file)
+            .env("TOLLGATE_CLI", &cli)
+            // The CLI resolves a layer's limit from the same variable the function reads.
+            .env(&limits.0, limits.1);
+        if let Some(dir) = screenshots {
+            fs::create_dir_all(dir)?;
+            cmd.env("SCREENSHOT_DIR", dir);
+        }
+        util::run(&mut cmd)
+    })
 }
 
 /// `cargo xtask screenshots`: the browser tests, keeping a picture of each state.

@@ -51,15 +51,8 @@ use serde::{Deserialize, Serialize};
 use crate::dynamodb_local::{self, DynamoDbLocal, Storage};
 use crate::lock::Lock;
 use crate::setup::Tools;
-use crate::util::{self, info, step, Result};
+use crate::util::{self, info, interrupted, step, Result};
 use crate::{processes, signal};
-
-/// The function binaries (and `cargo lambda watch` function names).
-const EPHEMERAL_KEY: &str = "ephemeral-key";
-const TRANSFER: &str = "transfer";
-/// The CLI's package and binary.
-const CLI_PACKAGE: &str = "tollgate-cli";
-const CLI_BIN: &str = "tollgate";
 
 /// How long the functions get to answer after `cargo lambda watch` started.
 /// They are prebuilt, so this is normally a few seconds; the margin covers a
@@ -73,10 +66,9 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long the page's dev server gets to answer.
 const WEB_READY_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The demo data.
+/// The demo data: a client, and opening balances of a payer and a payee.
 const DEMO_CLIENT_NAME: &str = "demo";
 const DEMO_CURRENCY: &str = "JPY";
-/// Opening balances: a payer and a payee.
 const DEMO_BALANCES: [u64; 2] = [100_000, 0];
 /// File beside a persistent database holding the demo's credentials.
 const DEMO_FILE: &str = "tollgate-demo.json";
@@ -116,14 +108,42 @@ pub struct Options {
     pub reload: bool,
     /// Interactive use: copy the functions' log to the terminal once the stack is ready.
     pub interactive: bool,
-    /// What the browser tests change; the default changes nothing.
-    pub hooks: Hooks,
+    /// Variables only the functions see (the browser tests' limits).
+    pub function_env: Vec<(String, String)>,
 }
 
-/// Hooks into the stack: variables only the functions see (the browser tests' limits).
-#[derive(Debug, Clone, Default)]
-pub struct Hooks {
-    pub function_env: Vec<(String, String)>,
+/// What `tollgate --json catalog` prints (the part read here): the functions' names, routes and
+/// limit variables are written once, in `shared/src/catalog.rs`, and xtask asks for them.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Catalog {
+    pub functions: Vec<Function>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Function {
+    /// The package, binary and `cargo lambda watch` name.
+    pub name: String,
+    /// The idempotent route, e.g. `POST /session`.
+    pub route: String,
+    pub limits_variable: String,
+}
+
+impl Catalog {
+    /// The function serving `path` (`/session` or `/transfers`, routes of the contract).
+    fn serving(&self, path: &str) -> Result<&Function> {
+        let found = self.functions.iter().find(|f| f.route.ends_with(path));
+        found.ok_or_else(|| format!("`tollgate catalog` lists no function for {path}").into())
+    }
+
+    /// The function minting sessions (`POST /session`).
+    pub fn session(&self) -> Result<&Function> {
+        self.serving("/session")
+    }
+
+    /// The function moving money (`POST /transfers`).
+    pub fn transfer(&self) -> Result<&Function> {
+        self.serving("/transfers")
+    }
 }
 
 /// The demo client and its accounts (payer first); also the demo file of `--persist`.
@@ -162,23 +182,24 @@ pub struct Web {
 
 /// What `tollgate --json clients create` prints.
 #[derive(Debug, Deserialize)]
-pub struct NewClient {
-    pub client_id: String,
-    pub token: String,
+struct NewClient {
+    client_id: String,
+    token: String,
 }
 
 /// What `tollgate --json accounts create|show` prints (the part read here).
 #[derive(Debug, Deserialize)]
-pub struct Account {
-    pub account_id: String,
+struct Account {
+    account_id: String,
     #[serde(default)]
-    pub client_id: Option<String>,
+    client_id: Option<String>,
 }
 
 /// A running stack. Dropping it stops every part (functions first, then
 /// the page's server, then DynamoDB Local) and removes the stack file.
 pub struct Stack {
     pub info: StackFile,
+    pub catalog: Catalog,
     pub stack_file: PathBuf,
     pub functions_log: PathBuf,
     functions: Option<processes::Tree>,
@@ -188,24 +209,15 @@ pub struct Stack {
     lock: Option<Lock>,
 }
 
-/// Paths inside the state directory.
-pub fn stack_file(state_dir: &Path) -> PathBuf {
-    state_dir.join("stack.json")
-}
-
 /// The shell file beside the stack file: `source .dev/env` gives the README's examples their
 /// variables.
 pub fn env_file(stack_file: &Path) -> PathBuf {
     stack_file.with_file_name("env")
 }
 
-pub fn lock_file(state_dir: &Path) -> PathBuf {
-    state_dir.join("dev.lock")
-}
-
-/// Takes the state directory's lock: one stack per state directory.
+/// Takes the state directory's lock (`dev.lock`): one stack per state directory.
 pub fn lock(state_dir: &Path) -> Result<Lock> {
-    Lock::acquire(&lock_file(state_dir), "`cargo xtask dev`")
+    Lock::acquire(&state_dir.join("dev.lock"), "`cargo xtask dev`")
 }
 
 /// Starts everything and returns once every part answers and the stack file
@@ -220,7 +232,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         None => self::lock(&state_dir)?,
     };
     // We hold the lock, so any stack file here describes a stack that is gone.
-    let stack_file = stack_file(&state_dir);
+    let stack_file = state_dir.join("stack.json");
     let _ = fs::remove_file(&stack_file);
     let logs = state_dir.join("logs");
     fs::create_dir_all(&logs)?;
@@ -235,13 +247,9 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         Some(port) => port,
         None => util::free_port()?,
     };
-
     let mut stack = Stack {
-        info: StackFile {
-            ephemeral_key_url: format!("http://127.0.0.1:{invoke_port}/lambda-url/{EPHEMERAL_KEY}"),
-            transfer_url: format!("http://127.0.0.1:{invoke_port}/lambda-url/{TRANSFER}"),
-            ..StackFile::default()
-        },
+        info: StackFile::default(),
+        catalog: Catalog::default(),
         stack_file,
         functions_log: logs.join("functions.log"),
         functions: None,
@@ -265,24 +273,24 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
 
     step("build");
     let cli = build_cli()?;
-    for bin in [EPHEMERAL_KEY, TRANSFER] {
-        util::run(util::cargo().args(["build", "--bin", bin]))?;
+    stack.catalog = catalog(&cli)?;
+    let url = |f: &Function| format!("http://127.0.0.1:{invoke_port}/lambda-url/{}", f.name);
+    stack.info.ephemeral_key_url = url(stack.catalog.session()?);
+    stack.info.transfer_url = url(stack.catalog.transfer()?);
+    for function in &stack.catalog.functions {
+        util::run(util::cargo().args(["build", "--bin", &function.name]))?;
         interrupted()?;
     }
 
     let mut env: Env = Default::default();
     env.stack_wiring(&stack.info.dynamodb_endpoint);
-    env.default("RUST_LOG", "info");
+    env.unless_set("RUST_LOG", "info");
     stack.info.internal_token = env.internal_token()?;
 
     step("tables");
     let template = util::workspace_root().join("template.yaml");
-    let out = run_cli(
-        &cli,
-        &|cmd| env.apply(cmd),
-        &["tables", "create", "--template"],
-        &[template.as_os_str()],
-    )?;
+    let template = template.to_str().ok_or("the workspace path is not UTF-8")?;
+    let out = run_cli(&cli, &env, &["tables", "create", "--template", template])?;
     for line in out.lines().filter(|l| !l.trim().is_empty()) {
         info(line.trim_end());
     }
@@ -290,22 +298,26 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
 
     step("demo data");
     stack.info.demo = demo(&cli, &env, &opts.storage)?;
+    let demo = &stack.info.demo;
     info(format!(
         "client {} with accounts {}",
-        stack.info.demo.client_id,
-        stack.info.demo.accounts.join(", ")
+        demo.client_id,
+        demo.accounts.join(", ")
     ));
 
     step("page and openai");
     let real_openai = env.user_has("OPENAI_API_KEY") || env.user_has("OPENAI_API_KEY_PARAM");
-    let tree = start_web(tools, invoke_port, real_openai, &logs, &mut stack.info)?;
-    stack.web = Some(tree);
+    stack.web = Some(start_web(
+        tools,
+        invoke_port,
+        real_openai,
+        &logs,
+        &mut stack.info,
+    )?);
     // The page's second origin may call the API (a cross-origin app); `localhost` for the
     // same port is another origin, and is not listed.
-    env.default(
-        "CORS_ALLOWED_ORIGINS",
-        stack.info.web.second_url.trim_end_matches('/'),
-    );
+    let second = stack.info.web.second_url.trim_end_matches('/');
+    env.unless_set("CORS_ALLOWED_ORIGINS", second);
     if real_openai {
         info(format!(
             "OPENAI_API_KEY is set: client secrets come from {} with your key (from OpenAI they are real, and billed)",
@@ -323,95 +335,68 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     }
 
     step("functions");
-    fs::File::create(&stack.functions_log)?;
-    stack.functions = Some({
-        let (venv_bin, log_path) = (&tools.venv_bin, &stack.functions_log);
-        let (reload, hooks) = (opts.reload, &opts.hooks);
-        {
-            let mut cmd = Command::new(venv_bin.join("cargo-lambda"));
-            cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
-                .args(["--invoke-port", &invoke_port.to_string()])
-                // No CORS layer of its own: a browser sees the functions' CORS, as on a function URL.
-                .arg("--disable-cors");
-            if !reload {
-                cmd.arg("--ignore-changes");
-            }
-            env.apply(&mut cmd);
-            for (key, value) in &hooks.function_env {
-                cmd.env(key, value);
-            }
-            let log = fs::OpenOptions::new().append(true).open(log_path)?;
-            cmd.current_dir(util::workspace_root())
-                .env("PATH", util::path_with(venv_bin)?)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log);
-            processes::spawn("cargo lambda watch", &mut cmd)?
-        }
-    });
+    let log = fs::File::create(&stack.functions_log)?;
+    let mut cmd = Command::new(tools.venv_bin.join("cargo-lambda"));
+    cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
+        .args(["--invoke-port", &invoke_port.to_string()])
+        // No CORS layer of its own: a browser sees the functions' CORS, as on a function URL.
+        .arg("--disable-cors");
+    if !opts.reload {
+        cmd.arg("--ignore-changes");
+    }
+    env.apply(&mut cmd);
+    cmd.envs(opts.function_env.iter().map(|(k, v)| (k, v)))
+        .current_dir(util::workspace_root())
+        .env("PATH", util::path_with(&tools.venv_bin)?)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    stack.functions = Some(processes::spawn("cargo lambda watch", &mut cmd)?);
+    let reloading = if opts.reload {
+        ", reloading on code changes"
+    } else {
+        ""
+    };
     info(format!(
-        "cargo lambda watch on 127.0.0.1:{invoke_port}{} (log: {})",
-        if opts.reload {
-            ", reloading on code changes"
-        } else {
-            ""
-        },
+        "cargo lambda watch on 127.0.0.1:{invoke_port}{reloading} (log: {})",
         stack.functions_log.display()
     ));
     stack.wait_ready()?;
 
-    write_private(
-        &stack.stack_file,
-        &serde_json::to_string_pretty(&stack.info)?,
-    )?;
-    write_private(
-        &env_file(&stack.stack_file),
-        &stack.info.to_shell(&stack.stack_file),
-    )?;
+    let json = serde_json::to_string_pretty(&stack.info)?;
+    write_private(&stack.stack_file, &json)?;
+    let shell = stack.info.to_shell(&stack.stack_file);
+    write_private(&env_file(&stack.stack_file), &shell)?;
     if opts.interactive {
         stack.echo = Some(Echo::start(&stack.functions_log)?);
     }
     Ok(stack)
 }
 
-/// Err if Ctrl-C or SIGTERM arrived: the caller unwinds and `Stack` cleans up.
-fn interrupted() -> Result {
-    if signal::received() {
-        Err("interrupted".into())
-    } else {
-        Ok(())
-    }
-}
-
 impl Stack {
     /// Probes each function until it answers. The transfer function is asked
     /// for the demo payer's balance (proves tables, seed and token); the
-    /// ephemeral-key function for a session with the internal token when the
+    /// session function for a session with the internal token when the
     /// stand-in runs (proves the upstream path, costs no `ip` quota), else
     /// for its kill switch (no paid call to the real OpenAI at start).
     fn wait_ready(&mut self) -> Result {
         let deadline = Instant::now() + READY_TIMEOUT;
-        let token = self.info.internal_token.clone();
-        let bearer = format!("Bearer {}", self.info.demo.token);
-        let transfer = format!(
-            "{}/accounts/{}",
-            self.info.transfer_url, self.info.demo.accounts[0]
-        );
-        let headers = [("Authorization", bearer.as_str())];
-        self.wait_for(TRANSFER, deadline, || {
-            util::request("GET", &transfer, &headers, None, PROBE_TIMEOUT)
+        let (info, catalog) = (self.info.clone(), self.catalog.clone());
+        let bearer = format!("Bearer {}", info.demo.token);
+        let balance = format!("{}/accounts/{}", info.transfer_url, info.demo.accounts[0]);
+        self.wait_for(&catalog.transfer()?.name, deadline, || {
+            let headers = [("Authorization", bearer.as_str())];
+            util::request("GET", &balance, &headers, None, PROBE_TIMEOUT)
         })?;
+        let token = info.internal_token.as_deref();
         let mut headers = vec![("Content-Type", "application/json")];
-        if let Some(token) = token.as_deref() {
-            headers.push(("X-Internal-Token", token));
-        }
-        let (method, path, body) = if self.info.openai_stand_in && token.is_some() {
-            ("POST", "/session", Some("{}"))
-        } else {
-            ("GET", "/internal/kill-switch", None)
+        headers.extend(token.map(|token| ("X-Internal-Token", token)));
+        let (method, path, body) = match info.openai_stand_in && token.is_some() {
+            true => ("POST", "/session", Some("{}")),
+            false => ("GET", "/internal/kill-switch", None),
         };
-        let url = format!("{}{path}", self.info.ephemeral_key_url);
-        self.wait_for(EPHEMERAL_KEY, deadline, || {
+        let url = format!("{}{path}", info.ephemeral_key_url);
+        self.wait_for(&catalog.session()?.name, deadline, || {
             util::request(method, &url, &headers, body, PROBE_TIMEOUT)
         })
     }
@@ -424,70 +409,50 @@ impl Stack {
         deadline: Instant,
         probe: impl Fn() -> Result<util::Answer>,
     ) -> Result {
-        let started = Instant::now();
-        let mut last;
-        loop {
-            interrupted()?;
+        let (started, log) = (Instant::now(), self.functions_log.clone());
+        let mut last = String::new();
+        let ready = util::poll(deadline, Duration::from_millis(250), || {
             self.check_alive()?;
-            if let Some(problem) = fatal_log_line(&self.functions_log) {
-                return Err(format!(
-                    "{name} cannot start: {problem}\n(full log: {})",
-                    self.functions_log.display()
-                )
-                .into());
+            if let Some(problem) = fatal_log_line(&log) {
+                let log = log.display();
+                return Err(format!("{name} cannot start: {problem}\n(full log: {log})").into());
             }
             match probe() {
                 // Our functions answer JSON (or problem+json) to everything;
                 // cargo-lambda's own refusals (unknown function: 404) do not.
-                Ok(r) if r.status < 500 && r.content_type.contains("json") => {
-                    let secs = started.elapsed().as_secs_f32();
-                    if r.status == 200 {
-                        info(format!("{name}: ready ({secs:.1}s)"));
-                    } else {
-                        info(format!(
-                            "{name}: answers, but with {} ({secs:.1}s): {}",
-                            r.status, r.body
-                        ));
-                    }
-                    return Ok(());
-                }
+                Ok(r) if r.status < 500 && r.content_type.contains("json") => return Ok(Some(r)),
                 Ok(r) => last = format!("HTTP {}: {}", r.status, r.body),
                 Err(e) => last = e.to_string(),
             }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "{name} did not answer within {}s (last: {last}); last lines of {}:\n{}",
-                    READY_TIMEOUT.as_secs(),
-                    self.functions_log.display(),
-                    util::tail(&self.functions_log, 20)
-                )
-                .into());
-            }
-            sleep(Duration::from_millis(250));
+            Ok(None)
+        })?;
+        let Some(r) = ready else {
+            return Err(format!(
+                "{name} did not answer within {}s (last: {last}); last lines of {}:\n{}",
+                READY_TIMEOUT.as_secs(),
+                log.display(),
+                util::tail(&log, 20)
+            )
+            .into());
+        };
+        let secs = started.elapsed().as_secs_f32();
+        match r.status {
+            200 => info(format!("{name}: ready ({secs:.1}s)")),
+            status => info(format!(
+                "{name}: answers, but with {status} ({secs:.1}s): {}",
+                r.body
+            )),
         }
+        Ok(())
     }
 
     /// Err if a part of the stack exited on its own.
     pub fn check_alive(&mut self) -> Result {
         if let Some(ddb) = self.ddb.as_mut() {
-            if let Some(status) = ddb.try_wait()? {
-                return Err(format!(
-                    "DynamoDB Local exited unexpectedly ({status}); last lines of {}:\n{}",
-                    ddb.log.display(),
-                    util::tail(&ddb.log, 20)
-                )
-                .into());
-            }
+            ddb.check_alive()?;
         }
         if let Some(functions) = self.functions.as_mut() {
-            if let Some(status) = functions.try_wait()? {
-                return Err(format!(
-                    "cargo lambda watch exited unexpectedly ({status}); last lines of {}:\n{}",
-                    self.functions_log.display(),
-                    util::tail(&self.functions_log, 20)
-                )
-                .into());
-            }
+            functions.check_alive(&self.functions_log)?;
         }
         Ok(())
     }
@@ -499,11 +464,11 @@ impl Stack {
         let _ = fs::remove_file(env_file(&self.stack_file));
         // Echo off first: cargo-lambda's shutdown chatter stays in the log.
         drop(self.echo.take());
-        if let Some(mut functions) = self.functions.take() {
-            functions.stop(STOP_GRACE);
-        }
-        if let Some(mut web) = self.web.take() {
-            web.stop(STOP_GRACE);
+        for mut tree in [self.functions.take(), self.web.take()]
+            .into_iter()
+            .flatten()
+        {
+            tree.stop(STOP_GRACE);
         }
         if let Some(mut ddb) = self.ddb.take() {
             ddb.stop();
@@ -516,6 +481,53 @@ impl Drop for Stack {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Runs `test` against a stack of its own: what `cargo xtask dev` starts, in memory, on free
+/// ports, with its lock, stack file and logs in `<cache>/<name>/<pid>`. So it neither collides
+/// with nor refuses because of a developer's running `cargo xtask dev` (whose state is the
+/// repository's `.dev/`). Functions do not reload on code changes: an edit during the run must
+/// not restart them mid-test. Everything is stopped whether the test passes or not; the state
+/// directory (logs) is kept only when something failed, and removed by a later run once nothing
+/// holds its lock.
+pub fn with_private_stack(
+    tools: &Tools,
+    name: &str,
+    function_env: Vec<(String, String)>,
+    test: impl FnOnce(&Stack) -> Result,
+) -> Result {
+    let runs = util::cache_dir()?.join(name);
+    for dir in fs::read_dir(&runs).into_iter().flatten().flatten() {
+        let dir = dir.path();
+        if dir.is_dir() && !crate::lock::is_held(&dir.join("dev.lock")) {
+            let _ = fs::remove_dir_all(&dir);
+        }
+    }
+    let state_dir = runs.join(std::process::id().to_string());
+    step(&format!("{name}: stack"));
+    let opts = Options {
+        state_dir: state_dir.clone(),
+        storage: Storage::InMemory,
+        invoke_port: None,
+        reload: false,
+        interactive: false,
+        function_env,
+    };
+    let result = start(tools, &opts, None).and_then(|stack| {
+        step(&format!("{name}: test"));
+        let result = test(&stack);
+        step(&format!("{name}: stop"));
+        drop(stack);
+        result
+    });
+    match &result {
+        Ok(()) => drop(fs::remove_dir_all(&state_dir)),
+        Err(_) => info(format!(
+            "{name} logs kept in {}",
+            state_dir.join("logs").display()
+        )),
+    }
+    result
 }
 
 impl StackFile {
@@ -531,9 +543,7 @@ impl StackFile {
             ("TO", self.demo.accounts[1].clone()),
             ("TOLLGATE_STACK_FILE", stack_file.display().to_string()),
         ];
-        if let Some(token) = &self.internal_token {
-            vars.push(("INTERNAL_TOKEN", token.clone()));
-        }
+        vars.extend(self.internal_token.clone().map(|t| ("INTERNAL_TOKEN", t)));
         let mut out = String::from("# Written by `cargo xtask dev`; removed when it stops.\n");
         for (name, value) in vars {
             out.push_str(&format!("export {name}={}\n", sh(&value)));
@@ -555,9 +565,8 @@ fn start_web(
     let (page, second, realtime) = (util::free_port()?, util::free_port()?, util::free_port()?);
     let log_path = logs.join("web.log");
     let log = fs::File::create(&log_path)?;
-    let server = util::workspace_root().join("web/dev/server.cjs");
     let mut cmd = Command::new("node");
-    cmd.arg(&server)
+    cmd.arg(util::workspace_root().join("web/dev/server.cjs"))
         .args(["--port", &page.to_string()])
         .args(["--second-port", &second.to_string()])
         .args(["--realtime-port", &realtime.to_string()])
@@ -569,28 +578,14 @@ fn start_web(
     let mut tree = processes::spawn("web dev server", &mut cmd)?;
     let control = format!("http://127.0.0.1:{page}/_dev/log");
     let deadline = Instant::now() + WEB_READY_TIMEOUT;
-    loop {
-        interrupted()?;
-        if let Some(status) = tree.try_wait()? {
-            return Err(format!(
-                "the web dev server exited ({status}); last lines of {}:\n{}",
-                log_path.display(),
-                util::tail(&log_path, 20)
-            )
-            .into());
-        }
+    let ready = util::poll(deadline, Duration::from_millis(100), || {
+        tree.check_alive(&log_path)?;
         let answer = util::request("GET", &control, &[], None, PROBE_TIMEOUT);
-        if answer.is_ok_and(|r| r.status == 200) {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "the web dev server did not answer (log: {})",
-                log_path.display()
-            )
-            .into());
-        }
-        sleep(Duration::from_millis(100));
+        Ok(answer.is_ok_and(|r| r.status == 200).then_some(()))
+    })?;
+    if ready.is_none() {
+        let log = log_path.display();
+        return Err(format!("the web dev server did not answer (log: {log})").into());
     }
     let (realtime_url, query) = match real_openai {
         true => ("https://api.openai.com".to_string(), String::new()),
@@ -604,69 +599,52 @@ fn start_web(
         second_url: format!("http://127.0.0.1:{second}/"),
         realtime_url,
     };
-    crate::util::info(format!(
-        "page at {} (log: {})",
-        info.web_url,
-        log_path.display()
-    ));
+    let log = log_path.display();
+    crate::util::info(format!("page at {} (log: {log})", info.web_url));
     Ok(tree)
 }
 
-/// `cargo build -p tollgate-cli`; returns the binary's path.
+/// `cargo build -p tollgate-cli`; returns the `tollgate` binary's path.
 pub fn build_cli() -> Result<PathBuf> {
-    let mut bins = util::cargo_build_bins(&["-p", CLI_PACKAGE], &[CLI_BIN])?;
+    let mut bins = util::cargo_build_bins(&["-p", "tollgate-cli"], &["tollgate"])?;
     Ok(bins.remove(0))
+}
+
+/// `tollgate catalog`: the functions as the library names them.
+pub fn catalog(cli: &Path) -> Result<Catalog> {
+    cli_json(cli, &Env::default(), &["catalog"])
 }
 
 /// Runs the CLI with `env` from the workspace root;
 /// returns its stdout, or an error with its stderr.
-pub fn run_cli(
-    cli: &Path,
-    env: &dyn Fn(&mut Command),
-    args: &[&str],
-    more: &[&std::ffi::OsStr],
-) -> Result<String> {
+fn run_cli(cli: &Path, env: &Env, args: &[&str]) -> Result<String> {
     let mut cmd = Command::new(cli);
-    cmd.args(args).args(more);
-    env(&mut cmd);
+    cmd.args(args);
+    env.apply(&mut cmd);
     cmd.current_dir(util::workspace_root()).stdin(Stdio::null());
+    let shown = util::display(&cmd);
     let out = cmd
         .output()
-        .map_err(|e| format!("could not run `{}`: {e}", util::display(&cmd)))?;
+        .map_err(|e| format!("could not run `{shown}`: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
-            "`{}` failed ({}): {}",
-            util::display(&cmd),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-        .into());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("`{shown}` failed ({}): {}", out.status, stderr.trim()).into());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `tollgate --json <args>`, its one JSON object read as a `T`.
-pub fn cli_json<T: DeserializeOwned>(
-    cli: &Path,
-    env: &dyn Fn(&mut Command),
-    args: &[&str],
-) -> Result<T> {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = run_cli(cli, env, &all, &[])?;
+fn cli_json<T: DeserializeOwned>(cli: &Path, env: &Env, args: &[&str]) -> Result<T> {
+    let out = run_cli(cli, env, &[&["--json"], args].concat())?;
     serde_json::from_str(out.trim()).map_err(|e| {
-        format!(
-            "`tollgate {}` printed no JSON of the expected shape ({e}): {out}",
-            args.join(" ")
-        )
-        .into()
+        let args = args.join(" ");
+        format!("`tollgate {args}` printed no JSON of the expected shape ({e}): {out}").into()
     })
 }
 
 /// The demo client and accounts: reused from a persistent database when
 /// they are still there, else created.
 fn demo(cli: &Path, env: &Env, storage: &Storage) -> Result<Demo> {
-    let env = &|cmd: &mut Command| env.apply(cmd);
     let saved = match storage {
         Storage::Dir(dir) => Some(dir.join(DEMO_FILE)),
         Storage::InMemory => None,
@@ -679,18 +657,10 @@ fn demo(cli: &Path, env: &Env, storage: &Storage) -> Result<Demo> {
     }
     let client: NewClient = cli_json(cli, env, &["clients", "create", "--name", DEMO_CLIENT_NAME])?;
     let mut accounts = Vec::new();
-    for balance in DEMO_BALANCES {
-        let balance = balance.to_string();
-        let args = [
-            "accounts",
-            "create",
-            "--client",
-            &client.client_id,
-            "--balance",
-            &balance,
-            "--currency",
-            DEMO_CURRENCY,
-        ];
+    for balance in DEMO_BALANCES.map(|b| b.to_string()) {
+        let (id, currency) = (client.client_id.as_str(), DEMO_CURRENCY);
+        let args = ["accounts", "create", "--client", id, "--balance", &balance];
+        let args = [&args[..], &["--currency", currency]].concat();
         accounts.push(cli_json::<Account>(cli, env, &args)?.account_id);
     }
     let demo = Demo {
@@ -705,46 +675,39 @@ fn demo(cli: &Path, env: &Env, storage: &Storage) -> Result<Demo> {
 }
 
 /// A saved demo whose accounts still exist with the same owner.
-fn saved_demo(cli: &Path, env: &dyn Fn(&mut Command), path: &Path) -> Option<Demo> {
+fn saved_demo(cli: &Path, env: &Env, path: &Path) -> Option<Demo> {
     let demo: Demo = serde_json::from_str(&fs::read_to_string(path).ok()?).ok()?;
-    if demo.accounts.len() != DEMO_BALANCES.len() {
-        return None;
-    }
-    for account in &demo.accounts {
-        let shown: Account = cli_json(cli, env, &["accounts", "show", account]).ok()?;
-        if shown.client_id.as_deref() != Some(&demo.client_id) {
-            return None;
-        }
-    }
-    Some(demo)
+    let owned = |account: &String| {
+        let shown = cli_json::<Account>(cli, env, &["accounts", "show", account]);
+        shown.is_ok_and(|a| a.client_id.as_deref() == Some(&demo.client_id))
+    };
+    (demo.accounts.len() == DEMO_BALANCES.len() && demo.accounts.iter().all(owned)).then_some(demo)
 }
 
 /// A line of the functions' log that means waiting longer is pointless.
 fn fatal_log_line(log: &Path) -> Option<String> {
+    const FATAL: [&str; 3] = [
+        "bad configuration",
+        "error: could not compile",
+        "Address already in use",
+    ];
     let text = fs::read_to_string(log).ok()?;
-    text.lines()
-        .find(|line| {
-            line.contains("bad configuration")
-                || line.contains("error: could not compile")
-                || line.contains("Address already in use")
-        })
-        .map(|line| line.trim().to_string())
+    let line = text.lines().find(|l| FATAL.iter().any(|f| l.contains(f)))?;
+    Some(line.trim().to_string())
 }
 
 /// Writes a file only the owner can read (it holds tokens), atomically, so
 /// a reader never sees half of it.
 fn write_private(path: &Path, text: &str) -> Result {
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
-    {
-        let mut options = fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options
-            .open(&tmp)
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        file.write_all(text.as_bytes())?;
-    }
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true).mode(0o600);
+    let mut file = options
+        .open(&tmp)
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    file.write_all(text.as_bytes())?;
+    drop(file);
     fs::rename(&tmp, path)?;
     Ok(())
 }
@@ -777,22 +740,24 @@ impl Env {
     }
 
     /// Sets `key` unless the user did.
-    fn default(&mut self, key: &str, value: &str) {
+    fn unless_set(&mut self, key: &str, value: &str) {
         if !self.user_has(key) {
             self.set(key, value);
         }
     }
 
     /// What always points at this stack: our DynamoDB Local, with dummy
-    /// credentials, and no lookups of real ones (profile, instance metadata).
+    /// credentials ([`util::DUMMY_AWS`]; the region only if the user set none).
     fn stack_wiring(&mut self, endpoint: &str) {
         self.set("DYNAMODB_ENDPOINT", endpoint);
         self.set("AWS_ENDPOINT_URL_DYNAMODB", endpoint);
-        self.set("AWS_ACCESS_KEY_ID", "test");
-        self.set("AWS_SECRET_ACCESS_KEY", "test");
-        self.set("AWS_EC2_METADATA_DISABLED", "true");
-        self.default("AWS_REGION", "us-east-1");
-        self.remove.extend(["AWS_SESSION_TOKEN", "AWS_PROFILE"]);
+        for (key, value) in util::DUMMY_AWS {
+            match key {
+                "AWS_REGION" => self.unless_set(key, value),
+                _ => self.set(key, value),
+            }
+        }
+        self.remove.extend(util::REAL_AWS);
     }
 
     /// The user's `INTERNAL_TOKEN`, or a fresh random one for this run;
@@ -813,9 +778,7 @@ impl Env {
         for key in &self.remove {
             cmd.env_remove(key);
         }
-        for (key, value) in &self.set {
-            cmd.env(key, value);
-        }
+        cmd.envs(self.set.iter().map(|(k, v)| (k, v)));
     }
 }
 
@@ -841,20 +804,25 @@ impl Echo {
             while !stopped.load(Ordering::SeqCst) {
                 match reader.read_until(b'\n', &mut line) {
                     Ok(_) if line.ends_with(b"\n") => {
-                        if let Some(shown) = echo_worthy(String::from_utf8_lossy(&line).trim_end())
-                        {
-                            eprintln!("{shown}");
-                        }
+                        let text = String::from_utf8_lossy(&line);
+                        echo_worthy(text.trim_end()).inspect(|shown| eprintln!("{shown}"));
                         line.clear();
                     }
                     _ => sleep(Duration::from_millis(200)),
                 }
             }
         });
-        Ok(Echo {
-            stop,
-            thread: Some(thread),
-        })
+        let thread = Some(thread);
+        Ok(Echo { stop, thread })
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -878,20 +846,11 @@ fn echo_worthy(line: &str) -> Option<String> {
     if line.len() <= MAX {
         return Some(line.to_string());
     }
-    let mut cut = MAX;
-    while !line.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let cut = (0..=MAX)
+        .rev()
+        .find(|&i| line.is_char_boundary(i))
+        .unwrap_or(0);
     Some(format!("{}…", &line[..cut]))
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// Quotes a value for a POSIX shell (`shlex`); the values quoted here (URLs, tokens, ids,
@@ -903,7 +862,8 @@ pub fn sh(value: &str) -> String {
 }
 
 /// The ready-to-paste commands: [`BANNER`] with its `{{name}}`s filled in.
-fn banner(info: &StackFile, stack_file: &Path, functions_log: &Path) -> String {
+fn banner(stack: &Stack) -> Result<String> {
+    let (info, session) = (&stack.info, stack.catalog.session()?);
     let (ek, demo) = (&info.ephemeral_key_url, &info.demo);
     let auth = sh(&format!("Authorization: Bearer {}", demo.token));
     let key = sh(&format!("Idempotency-Key: demo-{}", util::unix_now()));
@@ -915,8 +875,9 @@ fn banner(info: &StackFile, stack_file: &Path, functions_log: &Path) -> String {
     );
     let kill_switch_api = match &info.internal_token {
         Some(token) => format!(
-            "# or through the API, with the internal token\ncurl -sS -X PUT {ek}/internal/kill-switch -H {} -H 'Content-Type: application/json' -d '{{\"function\":\"ephemeral-key\",\"enabled\":false}}'\n",
-            sh(&format!("X-Internal-Token: {token}"))
+            "# or through the API, with the internal token\ncurl -sS -X PUT {ek}/internal/kill-switch -H {} -H 'Content-Type: application/json' -d {}\n",
+            sh(&format!("X-Internal-Token: {token}")),
+            sh(&format!(r#"{{"function":"{}","enabled":false}}"#, session.name))
         ),
         None => String::new(),
     };
@@ -930,6 +891,8 @@ fn banner(info: &StackFile, stack_file: &Path, functions_log: &Path) -> String {
             "REAL secrets from OpenAI, billed to your key",
         ),
     };
+    let internal_token = info.internal_token.as_deref();
+    let stack_file = &stack.stack_file;
     let values = [
         ("page_calls", page_calls.to_string()),
         ("web_url", info.web_url.clone()),
@@ -940,24 +903,26 @@ fn banner(info: &StackFile, stack_file: &Path, functions_log: &Path) -> String {
         ("transfer", transfer),
         ("from", demo.accounts[0].clone()),
         ("auth", auth),
+        ("session_function", session.name.clone()),
+        ("session_limits", session.limits_variable.clone()),
         ("kill_switch_api", kill_switch_api),
         ("dynamodb", info.dynamodb_endpoint.clone()),
         (
             "internal_token",
-            info.internal_token
-                .clone()
-                .unwrap_or_else(|| "from SSM (INTERNAL_TOKEN_PARAM)".into()),
+            internal_token
+                .unwrap_or("from SSM (INTERNAL_TOKEN_PARAM)")
+                .into(),
         ),
         ("token", demo.token.clone()),
         ("stack_file", stack_file.display().to_string()),
         ("env_file", env_file(stack_file).display().to_string()),
-        ("functions_log", functions_log.display().to_string()),
+        ("functions_log", stack.functions_log.display().to_string()),
     ];
-    values
+    Ok(values
         .iter()
         .fold(BANNER.to_string(), |text, (name, value)| {
             text.replace(&format!("{{{{{name}}}}}"), value)
-        })
+        }))
 }
 
 /// `cargo xtask dev`.
@@ -977,7 +942,7 @@ pub fn run(args: Args) -> Result {
         invoke_port: args.port,
         reload,
         interactive: true,
-        hooks: Hooks::default(),
+        function_env: Vec::new(),
     };
     // Refuse a second start before spending time on setup.
     let lock = lock(&opts.state_dir)?;
@@ -988,10 +953,7 @@ pub fn run(args: Args) -> Result {
         "started in {:.1}s",
         started.elapsed().as_secs_f32()
     ));
-    print!(
-        "{}",
-        banner(&stack.info, &stack.stack_file, &stack.functions_log)
-    );
+    print!("{}", banner(&stack)?);
     let _ = std::io::stdout().flush();
 
     let result = loop {
@@ -1005,11 +967,9 @@ pub fn run(args: Args) -> Result {
     };
     step("stopping");
     stack.stop();
-    let left = processes::leftovers();
-    if left.is_empty() {
-        info("everything stopped; stack file removed, lock released");
-    } else {
-        info(format!("still running: {left:?}"));
+    match processes::leftovers() {
+        left if left.is_empty() => info("everything stopped; stack file removed, lock released"),
+        left => info(format!("still running: {left:?}")),
     }
     result
 }
@@ -1022,16 +982,10 @@ fn warn_if_watched(dir: &Path) {
     if !dir.starts_with(&root) {
         return;
     }
-    let ignored = Command::new("git")
-        .arg("check-ignore")
-        .arg("-q")
-        .arg(dir)
-        .current_dir(&root)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success());
-    if let Ok(false) = ignored {
+    let mut git = Command::new("git");
+    git.args(["check-ignore", "-q"]).arg(dir).current_dir(&root);
+    let ignored = git.stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if ignored.is_ok_and(|s| !s.success()) {
         info(format!(
             "warning: {} is inside the repository and not git-ignored, so every database write restarts the functions; use a directory under .dev/ or outside the repository, or --no-reload",
             dir.display()
@@ -1066,18 +1020,38 @@ mod tests {
 
     #[test]
     fn banner_fills_every_value() {
-        let info = StackFile {
-            ephemeral_key_url: "http://127.0.0.1:9/lambda-url/ephemeral-key".into(),
-            transfer_url: "http://127.0.0.1:9/lambda-url/transfer".into(),
-            internal_token: Some("dev-1".into()),
-            demo: Demo {
-                client_id: "cl_1".into(),
-                token: "tok en".into(),
-                accounts: vec!["acc_1".into(), "acc_2".into()],
-            },
-            ..StackFile::default()
+        let function = |name: &str, route: &str, limits_variable: &str| Function {
+            name: name.into(),
+            route: route.into(),
+            limits_variable: limits_variable.into(),
         };
-        let text = banner(&info, Path::new("/s/stack.json"), Path::new("/l"));
+        let stack = Stack {
+            info: StackFile {
+                ephemeral_key_url: "http://127.0.0.1:9/lambda-url/s".into(),
+                transfer_url: "http://127.0.0.1:9/lambda-url/t".into(),
+                internal_token: Some("dev-1".into()),
+                demo: Demo {
+                    client_id: "cl_1".into(),
+                    token: "tok en".into(),
+                    accounts: vec!["acc_1".into(), "acc_2".into()],
+                },
+                ..StackFile::default()
+            },
+            catalog: Catalog {
+                functions: vec![
+                    function("s", "POST /session", "S_LIMITS"),
+                    function("t", "POST /transfers", "T_LIMITS"),
+                ],
+            },
+            stack_file: "/s/stack.json".into(),
+            functions_log: "/l".into(),
+            functions: None,
+            web: None,
+            ddb: None,
+            echo: None,
+            lock: None,
+        };
+        let text = banner(&stack).unwrap();
         assert!(!text.contains("{{"), "{text}");
         assert!(text.contains("-H 'Authorization: Bearer tok en'"), "{text}");
         assert!(
@@ -1085,6 +1059,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("-H 'X-Internal-Token: dev-1'"), "{text}");
+        assert!(
+            text.contains(r#"-d '{"function":"s","enabled":false}'"#),
+            "{text}"
+        );
+        assert!(text.contains("kill-switch off --function s\n"), "{text}");
+        assert!(text.contains("(S_LIMITS)"), "{text}");
         assert!(text.contains("source /s/env "), "{text}");
     }
 

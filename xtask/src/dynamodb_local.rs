@@ -10,7 +10,7 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -97,7 +97,6 @@ impl std::fmt::Display for Storage {
 pub struct DynamoDbLocal {
     /// `http://127.0.0.1:<port>`, the value for `DYNAMODB_ENDPOINT`.
     pub endpoint: String,
-    pub port: u16,
     /// Java's stdout and stderr.
     pub log: PathBuf,
     java: processes::Tree,
@@ -130,30 +129,34 @@ pub fn start(
     // Readiness is judged by a request to the port, so a port some other
     // server already answers on must be refused up front, or we would
     // report that server as ours.
-    if let Some(port) = port {
-        if !util::port_is_free(port) {
-            return Err(format!("port {port} is already in use (another DynamoDB Local?)").into());
-        }
+    if let Some(port) = port.filter(|&port| !util::port_is_free(port)) {
+        return Err(format!("port {port} is already in use (another DynamoDB Local?)").into());
     }
     let attempts = if port.is_some() { 1 } else { 3 };
     for attempt in 1..=attempts {
-        let port = match port {
-            Some(port) => port,
-            None => util::free_port()?,
-        };
+        let port = port.map_or_else(util::free_port, Ok)?;
         let mut ddb = spawn(dist, storage, port, log)?;
-        match ddb.wait_ready() {
-            Ok(()) => return Ok(ddb),
-            Err(Failure::Exited(_)) if attempt < attempts && port_was_taken(log) => continue,
-            Err(failure) => {
-                return Err(format!(
-                    "DynamoDB Local {failure} (port {port}); last lines of {}:\n{}",
-                    log.display(),
-                    util::tail(log, 20)
-                )
-                .into())
-            }
-        }
+        // A real `ListTables` request: an open port alone does not prove the database engine
+        // (native SQLite libraries) loaded.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let ready = util::poll(deadline, Duration::from_millis(200), || {
+            Ok(match ddb.java.try_wait()? {
+                Some(status) => Some(Err(format!("exited during startup ({status})"))),
+                None => list_tables_ok(port).then_some(Ok(())),
+            })
+        })?;
+        let failure = match ready {
+            Some(Ok(())) => return Ok(ddb),
+            Some(Err(_)) if attempt < attempts && port_was_taken(log) => continue,
+            Some(Err(exited)) => exited,
+            None => format!("did not answer within {}s", READY_TIMEOUT.as_secs()),
+        };
+        return Err(format!(
+            "DynamoDB Local {failure} (port {port}); last lines of {}:\n{}",
+            log.display(),
+            util::tail(log, 20)
+        )
+        .into());
     }
     unreachable!("the last attempt returns")
 }
@@ -194,27 +197,9 @@ fn spawn(dist: &Dist, storage: &Storage, port: u16, log: &Path) -> Result<Dynamo
     // SIGTERM from the kernel should xtask die without stopping it.
     Ok(DynamoDbLocal {
         endpoint: format!("http://127.0.0.1:{port}"),
-        port,
         log: log.to_path_buf(),
         java: processes::spawn("DynamoDB Local", &mut cmd)?,
     })
-}
-
-/// Why DynamoDB Local did not come up.
-enum Failure {
-    Exited(ExitStatus),
-    TimedOut,
-    Interrupted,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Exited(status) => write!(f, "exited during startup ({status})"),
-            Failure::TimedOut => write!(f, "did not answer within {}s", READY_TIMEOUT.as_secs()),
-            Failure::Interrupted => write!(f, "startup was interrupted"),
-        }
-    }
 }
 
 fn port_was_taken(log: &Path) -> bool {
@@ -223,30 +208,9 @@ fn port_was_taken(log: &Path) -> bool {
 }
 
 impl DynamoDbLocal {
-    /// Polls with a real `ListTables` request: an open port alone does not
-    /// prove the database engine (native SQLite libraries) loaded.
-    fn wait_ready(&mut self) -> std::result::Result<(), Failure> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = self.java.try_wait() {
-                return Err(Failure::Exited(status));
-            }
-            if signal::received() {
-                return Err(Failure::Interrupted);
-            }
-            if list_tables_ok(self.port) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(Failure::TimedOut);
-            }
-            sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// `Some(status)` once the process has exited on its own.
-    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
-        self.java.try_wait()
+    /// Err if the process exited on its own.
+    pub fn check_alive(&mut self) -> Result {
+        self.java.check_alive(&self.log)
     }
 
     /// Stops the process (SIGTERM first, so Java runs its shutdown hooks, which matters for an
@@ -289,13 +253,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result {
-    let port = args.port;
     let storage = args.db_path.map_or(Storage::InMemory, Storage::Dir);
     step("setup");
     let dist = setup::dynamodb_local()?;
     step("dynamodb-local");
     let log = util::cache_dir()?.join("logs").join("dynamodb-local.log");
-    let mut ddb = start(&dist, &storage, port, &log)?;
+    let mut ddb = start(&dist, &storage, args.port, &log)?;
     info(format!(
         "{} ({storage}), log: {}",
         ddb.endpoint,
@@ -305,14 +268,7 @@ pub fn run(args: Args) -> Result {
     println!("DYNAMODB_ENDPOINT={}", ddb.endpoint);
 
     while !signal::received() {
-        if let Some(status) = ddb.try_wait()? {
-            return Err(format!(
-                "DynamoDB Local exited unexpectedly ({status}); last lines of {}:\n{}",
-                ddb.log.display(),
-                util::tail(&ddb.log, 20)
-            )
-            .into());
-        }
+        ddb.check_alive()?;
         sleep(Duration::from_millis(200));
     }
     info("stopping DynamoDB Local");

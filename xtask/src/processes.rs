@@ -190,6 +190,21 @@ impl Tree {
         Ok(status)
     }
 
+    /// Err, naming the tree and showing the tail of its `log`, once the leader has exited on
+    /// its own.
+    pub fn check_alive(&mut self, log: &std::path::Path) -> Result {
+        match self.try_wait()? {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "{} exited unexpectedly ({status}); last lines of {}:\n{}",
+                self.name,
+                log.display(),
+                crate::util::tail(log, 20)
+            )
+            .into()),
+        }
+    }
+
     /// Stops the leader and every descendant, waiting up to `grace` for a
     /// clean exit before SIGKILL. Idempotent; also done on drop.
     pub fn stop(&mut self, grace: Duration) {

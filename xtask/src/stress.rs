@@ -54,45 +54,35 @@ struct Built {
 
 fn build<S: AsRef<std::ffi::OsStr>>(command: &str, run_args: &[S]) -> Result<Built> {
     step(&format!("{command}: build"));
+    let catalog = crate::dev::catalog(&crate::dev::build_cli()?)?;
+    let names: Vec<&str> = catalog.functions.iter().map(|f| f.name.as_str()).collect();
+    let packages: Vec<&str> = names.iter().flat_map(|name| ["-p", name]).collect();
     // The bench's functions as a deploy builds them (`release`), its driver optimised but
     // cheaper to build (`bench-fast`); `bench --debug` is a smoke run on debug builds.
-    // (`--help` needs only the harness: a debug build.)
+    // (`--help` needs only the harness: a debug build.) Otherwise one build of all, so
+    // features unify as in `cargo xtask test`'s other steps.
     let debug = run_args
         .iter()
         .any(|a| ["--debug", "--help", "-h"].contains(&a.as_ref().to_str().unwrap_or("")));
-    if command == "bench" && !debug {
-        let functions = util::cargo_build_bins(
-            &["--release", "-p", "transfer", "-p", "ephemeral-key"],
-            &["transfer"],
-        )?;
-        let stress = util::cargo_build_bins(
-            &["--profile", "bench-fast", "-p", "tollgate-stress"],
-            &["tollgate-stress"],
-        )?;
-        return Ok(Built {
-            stress: stress[0].clone(),
-            bin_dir: functions[0]
-                .parent()
-                .ok_or("the transfer binary has no directory")?
-                .to_path_buf(),
-        });
-    }
-    let args = vec![
-        "-p",
-        "transfer",
-        "-p",
-        "ephemeral-key",
-        "-p",
-        "tollgate-stress",
-    ];
-    let bins = util::cargo_build_bins(&args, &["transfer", "tollgate-stress"])?;
-    let bin_dir = bins[0]
+    let (functions, stress) = if command == "bench" && !debug {
+        let release = [&["--release"], &packages[..]].concat();
+        let functions = util::cargo_build_bins(&release, &names[..1])?;
+        let harness = ["--profile", "bench-fast", "-p", "tollgate-stress"];
+        (
+            functions,
+            util::cargo_build_bins(&harness, &["tollgate-stress"])?,
+        )
+    } else {
+        let all = [&packages[..], &["-p", "tollgate-stress"]].concat();
+        let mut bins = util::cargo_build_bins(&all, &[names[0], "tollgate-stress"])?;
+        (bins.drain(..1).collect(), bins)
+    };
+    let bin_dir = functions[0]
         .parent()
-        .ok_or("the transfer binary has no directory")?
-        .to_path_buf();
+        .ok_or("a function binary has no directory")?;
     Ok(Built {
-        stress: bins[1].clone(),
-        bin_dir,
+        stress: stress[0].clone(),
+        bin_dir: bin_dir.to_path_buf(),
     })
 }
 
@@ -116,9 +106,7 @@ pub fn stress<S: AsRef<std::ffi::OsStr>>(tools: &Tools, command: &str, args: &[S
     if command == "bench" {
         cmd.args(crate::bench_tools::stress_args(&tools.dynamodb_local)?);
     }
-    cmd.env("DYNAMODB_ENDPOINT", &ddb.endpoint)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", &ddb.endpoint);
-    util::dummy_aws(&mut cmd);
+    util::local_aws(&mut cmd, &ddb.endpoint);
     let result = util::run(&mut cmd);
     ddb.stop();
     result

@@ -9,14 +9,12 @@
 //! A failing step does not stop the run: one pass reports everything that
 //! is wrong. The exit status is non-zero if any step failed.
 
-use std::fs;
-use std::path::Path;
+use std::time::Instant;
 
-use crate::dev;
 use crate::dynamodb_local::{self, Storage};
 use crate::setup::Tools;
 use crate::util::{self, info, step, Result};
-use crate::{lock, setup, signal};
+use crate::{browser, dev, setup, signal, stress};
 
 /// `cargo xtask test`.
 #[derive(clap::Args, Debug)]
@@ -42,107 +40,58 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result {
-    let (lint, e2e, browser) = (!args.no_lint, !args.no_e2e, !args.no_browser);
-    let (replay, drill) = (!args.no_replay, !args.no_drill);
     step("setup");
     let tools = setup::all()?;
-
     let mut failed = Vec::new();
-    if lint {
+    // Runs a step unless it is off or Ctrl-C arrived; a failure is reported right away and
+    // recorded, and the run carries on.
+    let mut check = |name: &'static str, on: bool, timed: bool, f: &dyn Fn() -> Result| {
+        if !on || signal::received() {
+            return;
+        }
+        let started = Instant::now();
+        let result = f();
+        if timed {
+            let secs = started.elapsed().as_secs_f32();
+            info(format!("{name} step took {secs:.1}s"));
+        }
+        if let Err(e) = result {
+            eprintln!("error: {e}");
+            failed.push(name);
+        }
+    };
+    let cargo = |args: &str| util::run(util::cargo().args(args.split(' ')));
+    check("fmt", !args.no_lint, false, &|| {
         step("fmt");
-        check(
-            &mut failed,
-            "fmt",
-            util::run(util::cargo().args(["fmt", "--all", "--", "--check"])),
-        );
+        cargo("fmt --all -- --check")
+    });
+    check("clippy", !args.no_lint, false, &|| {
         step("clippy");
-        check(
-            &mut failed,
-            "clippy",
-            util::run(util::cargo().args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ])),
-        );
-    }
-
-    step("dynamodb-local");
-    let log = util::cache_dir()?
-        .join("logs")
-        .join("dynamodb-local-test.log");
-    // In memory and on a fresh port: every run starts from empty tables and
-    // cannot collide with a `cargo xtask dynamodb` left running.
-    let ddb = dynamodb_local::start(&tools.dynamodb_local, &Storage::InMemory, None, &log)?;
-    info(format!("{} (log: {})", ddb.endpoint, ddb.log.display()));
-
-    step("test");
-    let mut cmd = util::cargo();
-    cmd.args(["test", "--workspace"])
-        .args(&args.test_args)
-        .env("DYNAMODB_ENDPOINT", &ddb.endpoint)
-        // Also where any SDK client built from the environment alone
-        // sends DynamoDB calls: never to real AWS by accident.
-        .env("AWS_ENDPOINT_URL_DYNAMODB", &ddb.endpoint)
-        // Tests shell out to cargo-lambda and cfn-lint from the venv.
-        .env("PATH", util::path_with(&tools.venv_bin)?);
-    // Real credentials from the environment or ~/.aws are never sent anywhere.
-    util::dummy_aws(&mut cmd);
-    let result = util::run(&mut cmd);
-    check(&mut failed, "test", result);
-
-    step("dynamodb-local: stop");
-    drop(ddb);
-
-    if !signal::received() {
+        cargo("clippy --workspace --all-targets -- -D warnings")
+    });
+    check("test", true, false, &|| {
+        workspace_tests(&tools, &args.test_args)
+    });
+    check("web", true, false, &|| {
         step("web: tsc and unit tests");
-        check(&mut failed, "web", crate::browser::unit(&tools));
-    }
-
-    if e2e && !signal::received() {
-        check(&mut failed, "e2e", end_to_end(&tools));
-    }
-
-    if browser && !signal::received() {
-        let started = std::time::Instant::now();
-        let result = crate::browser::browser(&tools, None);
-        info(format!(
-            "browser step took {:.1}s",
-            started.elapsed().as_secs_f32()
-        ));
-        check(&mut failed, "browser", result);
-    }
-
-    if replay && !signal::received() {
-        // A 2,000-request day of hostile transfer traffic, reconciled (`cargo xtask replay`).
+        browser::unit(&tools)
+    });
+    check("e2e", !args.no_e2e, true, &|| end_to_end(&tools));
+    check("browser", !args.no_browser, true, &|| {
+        browser::browser(&tools, None)
+    });
+    // A 2,000-request day of hostile transfer traffic, reconciled (`cargo xtask replay`).
+    check("replay", !args.no_replay, true, &|| {
         step("replay");
-        let started = std::time::Instant::now();
-        let result = crate::stress::stress(&tools, "replay", crate::stress::REPLAY_CI);
-        info(format!(
-            "replay step took {:.1}s",
-            started.elapsed().as_secs_f32()
-        ));
-        check(&mut failed, "replay", result);
-    }
-
-    if drill && !signal::received() {
-        // Attack drills against the limits, short windows (`cargo xtask drill --short`).
+        stress::stress(&tools, "replay", stress::REPLAY_CI)
+    });
+    // Attack drills against the limits, short windows (`cargo xtask drill --short`).
+    check("drill", !args.no_drill, true, &|| {
         step("drill");
-        let started = std::time::Instant::now();
-        let result = crate::stress::stress(&tools, "drill", crate::stress::DRILL_CI);
-        info(format!(
-            "drill step took {:.1}s",
-            started.elapsed().as_secs_f32()
-        ));
-        check(&mut failed, "drill", result);
-    }
+        stress::stress(&tools, "drill", stress::DRILL_CI)
+    });
 
-    if signal::received() {
-        return Err("interrupted".into());
-    }
+    util::interrupted()?;
     if failed.is_empty() {
         step("all steps passed");
         Ok(())
@@ -151,76 +100,38 @@ pub fn run(args: Args) -> Result {
     }
 }
 
-/// The end-to-end tests (`tests/e2e`) against a stack of their own: what
-/// `cargo xtask dev` starts, in memory, on free ports, with its lock, stack
-/// file and logs in a state directory of this run under the cache dir. So it
-/// neither collides with nor refuses because of a developer's running
-/// `cargo xtask dev` (whose state is the repository's `.dev/`). Functions do
-/// not reload on code changes here: an edit during the run must not restart
-/// them mid-test. Everything is stopped whether the tests pass or not; the
-/// state directory (logs) is kept only when something failed.
-fn end_to_end(tools: &Tools) -> Result {
-    let runs = util::cache_dir()?.join("e2e");
-    prune_finished_runs(&runs);
-    let state_dir = runs.join(std::process::id().to_string());
-    let started = std::time::Instant::now();
-    step("e2e: stack");
-    let stack = dev::start(
-        tools,
-        &dev::Options {
-            state_dir: state_dir.clone(),
-            storage: Storage::InMemory,
-            invoke_port: None,
-            reload: false,
-            interactive: false,
-            hooks: dev::Hooks::default(),
-        },
-        None,
-    );
-    let result = stack.and_then(|stack| {
-        step("e2e: test");
-        let result = util::run(
-            util::cargo()
-                .args([
-                    "test",
-                    "-p",
-                    "tollgate-tests",
-                    "--test",
-                    "e2e",
-                    "--",
-                    "--ignored",
-                ])
-                .env("TOLLGATE_STACK_FILE", &stack.stack_file),
-        );
-        step("e2e: stop");
-        drop(stack);
-        info(format!(
-            "e2e step took {:.1}s",
-            started.elapsed().as_secs_f32()
-        ));
-        result
-    });
-    util::tidy_state_dir(&result, &state_dir, "e2e");
+/// `cargo test --workspace <args>` against a DynamoDB Local of its own: in memory and on a
+/// fresh port, so every run starts from empty tables and cannot collide with a
+/// `cargo xtask dynamodb` left running.
+fn workspace_tests(tools: &Tools, args: &[String]) -> Result {
+    step("dynamodb-local");
+    let log = util::cache_dir()?.join("logs/dynamodb-local-test.log");
+    let ddb = dynamodb_local::start(&tools.dynamodb_local, &Storage::InMemory, None, &log)?;
+    info(format!("{} (log: {})", ddb.endpoint, ddb.log.display()));
+    step("test");
+    let mut cmd = util::cargo();
+    cmd.args(["test", "--workspace"]).args(args);
+    // Real credentials from the environment or ~/.aws are never sent anywhere.
+    util::local_aws(&mut cmd, &ddb.endpoint);
+    // Tests shell out to cargo-lambda and cfn-lint from the venv.
+    let result = util::run(cmd.env("PATH", util::path_with(&tools.venv_bin)?));
+    step("dynamodb-local: stop");
     result
 }
 
-/// Removes state directories of earlier e2e runs that have finished (nothing
-/// holds their lock), keeping any that still run.
-fn prune_finished_runs(runs: &Path) {
-    let Ok(entries) = fs::read_dir(runs) else {
-        return;
-    };
-    for dir in entries.filter_map(|e| Some(e.ok()?.path())) {
-        if dir.is_dir() && !lock::is_held(&dev::lock_file(&dir)) {
-            let _ = fs::remove_dir_all(&dir);
-        }
-    }
-}
-
-/// Records a failed step and reports it right away, then carries on.
-fn check(failed: &mut Vec<&'static str>, name: &'static str, result: Result) {
-    if let Err(e) = result {
-        eprintln!("error: {e}");
-        failed.push(name);
-    }
+/// The end-to-end tests (`tests/e2e`) against a private stack ([`dev::with_private_stack`]).
+fn end_to_end(tools: &Tools) -> Result {
+    dev::with_private_stack(tools, "e2e", Vec::new(), |stack| {
+        let mut cmd = util::cargo();
+        cmd.args([
+            "test",
+            "-p",
+            "tollgate-tests",
+            "--test",
+            "e2e",
+            "--",
+            "--ignored",
+        ]);
+        util::run(cmd.env("TOLLGATE_STACK_FILE", &stack.stack_file))
+    })
 }

@@ -12,7 +12,7 @@ use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Errors are only ever reported to a human, so a boxed error carrying a
 /// readable message is all we need.
@@ -184,15 +184,54 @@ pub fn first_line(cmd: &mut Command) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Dummy AWS credentials and region, with no lookup of real ones (profile, session token,
-/// instance metadata): what a local child process gets, so nothing real is ever sent.
-pub fn dummy_aws(cmd: &mut Command) {
-    cmd.env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env_remove("AWS_SESSION_TOKEN")
-        .env_remove("AWS_PROFILE");
+/// Dummy AWS credentials and region: what a local child process gets, so nothing real is
+/// ever sent, not even to a local port.
+pub const DUMMY_AWS: [(&str, &str); 4] = [
+    ("AWS_ACCESS_KEY_ID", "test"),
+    ("AWS_SECRET_ACCESS_KEY", "test"),
+    ("AWS_REGION", "us-east-1"),
+    // No lookup of real credentials from instance metadata.
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+];
+/// Where real credentials would come from otherwise; removed from a local child's environment.
+pub const REAL_AWS: [&str; 2] = ["AWS_SESSION_TOKEN", "AWS_PROFILE"];
+
+/// [`DUMMY_AWS`] set and [`REAL_AWS`] removed, and DynamoDB calls sent to `endpoint` (also those
+/// of an SDK client built from the environment alone: never to real AWS by accident).
+pub fn local_aws(cmd: &mut Command, endpoint: &str) {
+    cmd.env("DYNAMODB_ENDPOINT", endpoint)
+        .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
+        .envs(DUMMY_AWS);
+    for key in REAL_AWS {
+        cmd.env_remove(key);
+    }
+}
+
+/// Err if Ctrl-C or SIGTERM arrived: the caller unwinds and the `Drop` guards clean up.
+pub fn interrupted() -> Result {
+    match crate::signal::received() {
+        true => Err("interrupted".into()),
+        false => Ok(()),
+    }
+}
+
+/// Calls `probe` every `every` until it gives a value; `Ok(None)` once `deadline` has passed.
+/// Ctrl-C, or an error from `probe` (a part that died), ends the wait at once.
+pub fn poll<T>(
+    deadline: Instant,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    loop {
+        interrupted()?;
+        if let Some(value) = probe()? {
+            return Ok(Some(value));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// The command line, for messages.
@@ -255,20 +294,6 @@ pub fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs()
-}
-
-/// After a private stack's run: its state directory is removed when `result` is Ok and kept
-/// (and named, with its logs) when it failed, so a failure can be read afterwards.
-pub fn tidy_state_dir(result: &Result, state_dir: &Path, what: &str) {
-    match result {
-        Ok(()) => {
-            let _ = std::fs::remove_dir_all(state_dir);
-        }
-        Err(_) => info(format!(
-            "{what} logs kept in {}",
-            state_dir.join("logs").display()
-        )),
-    }
 }
 
 #[cfg(test)]
