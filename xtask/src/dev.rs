@@ -9,9 +9,7 @@
 //! `templates/dev-banner.txt`). Ctrl-C or SIGTERM stops everything it started, in reverse
 //! order, and removes the stack file.
 //!
-//! [`start`] is also what `cargo xtask test` uses for its end-to-end and browser steps, with
-//! state directories of their own, so a developer's running `dev` and a test run never share
-//! ports, files or a lock.
+//! [`with_private_stack`] is the same stack for `cargo xtask test`'s e2e and browser steps.
 //!
 //! Choices worth knowing:
 //!
@@ -864,6 +862,8 @@ pub fn sh(value: &str) -> String {
 /// The ready-to-paste commands: [`BANNER`] with its `{{name}}`s filled in.
 fn banner(stack: &Stack) -> Result<String> {
     let (info, session) = (&stack.info, stack.catalog.session()?);
+    // `name:` padded so the URLs line up with the lines below them.
+    let label = |f: &Function| format!("{:<16}", format!("{}:", f.name));
     let (ek, demo) = (&info.ephemeral_key_url, &info.demo);
     let auth = sh(&format!("Authorization: Bearer {}", demo.token));
     let key = sh(&format!("Idempotency-Key: demo-{}", util::unix_now()));
@@ -900,11 +900,13 @@ fn banner(stack: &Stack) -> Result<String> {
         ("ek", ek.clone()),
         ("tr", info.transfer_url.clone()),
         ("currency", DEMO_CURRENCY.to_string()),
-        ("transfer", transfer),
+        ("transfer_curl", transfer),
         ("from", demo.accounts[0].clone()),
         ("auth", auth),
         ("session_function", session.name.clone()),
         ("session_limits", session.limits_variable.clone()),
+        ("session_label", label(session)),
+        ("transfer_label", label(stack.catalog.transfer()?)),
         ("kill_switch_api", kill_switch_api),
         ("dynamodb", info.dynamodb_endpoint.clone()),
         (
@@ -1065,6 +1067,10 @@ mod tests {
         );
         assert!(text.contains("kill-switch off --function s\n"), "{text}");
         assert!(text.contains("(S_LIMITS)"), "{text}");
+        assert!(
+            text.contains("\nt:              http://127.0.0.1:9/lambda-url/t\n"),
+            "{text}"
+        );
         assert!(text.contains("source /s/env "), "{text}");
     }
 

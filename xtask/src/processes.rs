@@ -89,9 +89,7 @@ pub fn cmdline(pid: u32) -> Option<String> {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(
         String::from_utf8_lossy(&raw)
-            .split('\0')
-            .collect::<Vec<_>>()
-            .join(" ")
+            .replace('\0', " ")
             .trim()
             .to_string(),
     )

