@@ -34,6 +34,7 @@
 //!   same DIR reuses the demo when its accounts still exist, otherwise seeds
 //!   a new one. Tables that exist are left alone by `tables create`.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -714,7 +715,7 @@ fn write_private(path: &Path, text: &str) -> Result {
 /// stack's wiring and dev defaults for what the user left unset.
 #[derive(Default)]
 struct Env {
-    set: Vec<(String, String)>,
+    set: BTreeMap<String, String>,
     remove: Vec<&'static str>,
 }
 
@@ -727,14 +728,12 @@ impl Env {
 
     /// The value the children will see.
     fn get(&self, key: &str) -> Option<String> {
-        match self.set.iter().rev().find(|(k, _)| k == key) {
-            Some((_, v)) => Some(v.clone()),
-            None => std::env::var(key).ok().filter(|v| !v.trim().is_empty()),
-        }
+        let user = || std::env::var(key).ok().filter(|v| !v.trim().is_empty());
+        self.set.get(key).cloned().or_else(user)
     }
 
     fn set(&mut self, key: &str, value: &str) {
-        self.set.push((key.to_string(), value.to_string()));
+        self.set.insert(key.into(), value.into());
     }
 
     /// Sets `key` unless the user did.
@@ -776,7 +775,7 @@ impl Env {
         for key in &self.remove {
             cmd.env_remove(key);
         }
-        cmd.envs(self.set.iter().map(|(k, v)| (k, v)));
+        cmd.envs(&self.set);
     }
 }
 

@@ -106,18 +106,7 @@ pub fn web_packages() -> Result<PathBuf> {
     for file in ["package.json", "package-lock.json"] {
         fs::copy(web.join(file), prefix.join(file))?;
     }
-    util::run(
-        Command::new("npm")
-            .arg("ci")
-            .arg("--prefix")
-            .arg(&prefix)
-            .args([
-                "--ignore-scripts",
-                "--no-audit",
-                "--no-fund",
-                "--loglevel=error",
-            ]),
-    )?;
+    npm(&prefix, "ci --ignore-scripts")?;
     write_marker(&prefix, "web-npm")?;
     Ok(modules)
 }
@@ -169,16 +158,11 @@ pub fn dynamodb_local() -> Result<Dist> {
     check_npm()?;
     info(format!("{spec}: installing into {}", prefix.display()));
     fs::create_dir_all(&prefix)?;
-    util::run(
-        Command::new("npm")
-            .arg("install")
-            .arg("--prefix")
-            .arg(&prefix)
-            // The package declares `engines: node >=22` for its JS wrapper,
-            // which we never run; do not let a strict npm config refuse it.
-            .args(["--engine-strict=false", "--ignore-scripts"])
-            .args(["--no-audit", "--no-fund", "--loglevel=error"])
-            .arg(&spec),
+    // The package declares `engines: node >=22` for its JS wrapper, which we never run; do
+    // not let a strict npm config refuse it.
+    npm(
+        &prefix,
+        &format!("install --engine-strict=false --ignore-scripts {spec}"),
     )?;
     let dist = Dist::find(&package_dir)?;
     let version = dist.version().unwrap_or_else(|e| format!("unknown ({e})"));
@@ -229,20 +213,22 @@ pub fn venv_with(venv: &Path, packages: &[(&str, &str)]) -> Result<PathBuf> {
         })?;
     }
     info(format!("{spec}: installing"));
-    util::run(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "--quiet",
-            ])
-            .args(&pins),
-    )?;
+    let pip = "-m pip install --disable-pip-version-check --no-input --quiet";
+    util::run(Command::new(&python).args(pip.split(' ')).args(&pins))?;
     write_marker(venv, &spec)?;
     Ok(python)
+}
+
+/// `npm <args> --prefix <prefix>`, quietly; `args` are words separated by spaces.
+fn npm(prefix: &Path, args: &str) -> Result {
+    let quiet = "--no-audit --no-fund --loglevel=error";
+    let mut cmd = Command::new("npm");
+    util::run(
+        cmd.args(args.split(' '))
+            .args(quiet.split(' '))
+            .arg("--prefix")
+            .arg(prefix),
+    )
 }
 
 fn marker_matches(dir: &Path, spec: &str) -> bool {

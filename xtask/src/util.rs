@@ -161,22 +161,17 @@ pub fn run(cmd: &mut Command) -> Result {
 /// The first line a command prints (stdout, else stderr: `java -version` writes there), or
 /// "unknown" if it cannot run; for version strings.
 pub fn first_line(cmd: &mut Command) -> String {
-    cmd.output()
-        .ok()
-        .map(|o| {
-            let text = if o.stdout.is_empty() {
-                o.stderr
-            } else {
-                o.stdout
-            };
-            String::from_utf8_lossy(&text)
-                .lines()
-                .next()
-                .unwrap_or("unknown")
-                .trim()
-                .to_string()
-        })
-        .unwrap_or_else(|| "unknown".into())
+    let Ok(out) = cmd.output() else {
+        return "unknown".into();
+    };
+    let text = [out.stdout, out.stderr].into_iter().find(|t| !t.is_empty());
+    let text = text.unwrap_or_default();
+    let line = String::from_utf8_lossy(&text)
+        .lines()
+        .next()
+        .map(str::trim)
+        .map(String::from);
+    line.unwrap_or_else(|| "unknown".into())
 }
 
 /// Dummy AWS credentials and region: what a local child process gets, so nothing real is
