@@ -246,17 +246,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         Some(port) => port,
         None => util::free_port()?,
     };
-    let mut stack = Stack {
-        info: StackFile::default(),
-        catalog: Catalog::default(),
-        stack_file,
-        functions_log: logs.join("functions.log"),
-        functions: None,
-        web: None,
-        ddb: None,
-        echo: None,
-        lock: Some(lock),
-    };
+    let mut stack = Stack::new(stack_file, logs.join("functions.log"), Some(lock));
 
     step("dynamodb-local");
     let ddb = dynamodb_local::start(
@@ -373,6 +363,21 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
 }
 
 impl Stack {
+    /// A stack with nothing started yet.
+    fn new(stack_file: PathBuf, functions_log: PathBuf, lock: Option<Lock>) -> Stack {
+        Stack {
+            info: StackFile::default(),
+            catalog: Catalog::default(),
+            stack_file,
+            functions_log,
+            functions: None,
+            web: None,
+            ddb: None,
+            echo: None,
+            lock,
+        }
+    }
+
     /// Probes each function until it answers. The transfer function is asked
     /// for the demo payer's balance (proves tables, seed and token); the
     /// session function for a session with the internal token when the
@@ -1026,32 +1031,22 @@ mod tests {
             route: route.into(),
             limits_variable: limits_variable.into(),
         };
-        let stack = Stack {
-            info: StackFile {
-                ephemeral_key_url: "http://127.0.0.1:9/lambda-url/s".into(),
-                transfer_url: "http://127.0.0.1:9/lambda-url/t".into(),
-                internal_token: Some("dev-1".into()),
-                demo: Demo {
-                    client_id: "cl_1".into(),
-                    token: "tok en".into(),
-                    accounts: vec!["acc_1".into(), "acc_2".into()],
-                },
-                ..StackFile::default()
+        let mut stack = Stack::new("/s/stack.json".into(), "/l".into(), None);
+        stack.info = StackFile {
+            ephemeral_key_url: "http://127.0.0.1:9/lambda-url/s".into(),
+            transfer_url: "http://127.0.0.1:9/lambda-url/t".into(),
+            internal_token: Some("dev-1".into()),
+            demo: Demo {
+                client_id: "cl_1".into(),
+                token: "tok en".into(),
+                accounts: vec!["acc_1".into(), "acc_2".into()],
             },
-            catalog: Catalog {
-                functions: vec![
-                    function("s", "POST /session", "S_LIMITS"),
-                    function("t", "POST /transfers", "T_LIMITS"),
-                ],
-            },
-            stack_file: "/s/stack.json".into(),
-            functions_log: "/l".into(),
-            functions: None,
-            web: None,
-            ddb: None,
-            echo: None,
-            lock: None,
+            ..StackFile::default()
         };
+        stack.catalog.functions = vec![
+            function("s", "POST /session", "S_LIMITS"),
+            function("t", "POST /transfers", "T_LIMITS"),
+        ];
         let text = banner(&stack).unwrap();
         assert!(!text.contains("{{"), "{text}");
         assert!(text.contains("-H 'Authorization: Bearer tok en'"), "{text}");

@@ -192,9 +192,6 @@ fn spawn(dist: &Dist, storage: &Storage, port: u16, log: &Path) -> Result<Dynamo
     cmd.stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
-    // Its own process group, so the terminal's Ctrl-C reaches xtask only and
-    // xtask stops things in order (functions before their database); and a
-    // SIGTERM from the kernel should xtask die without stopping it.
     Ok(DynamoDbLocal {
         endpoint: format!("http://127.0.0.1:{port}"),
         log: log.to_path_buf(),

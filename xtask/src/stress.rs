@@ -35,13 +35,8 @@ pub fn run(command: &str, args: &[String]) -> Result {
     let has = |flag: &str, args: &[String]| args.iter().any(|a| a == flag);
     if command == "drill" && !has("--short", &args) && !has("--report", &args) {
         args.push("--report".into());
-        args.push(
-            util::workspace_root()
-                .join("docs")
-                .join("drill.md")
-                .display()
-                .to_string(),
-        );
+        let report = util::workspace_root().join("docs/drill.md");
+        args.push(report.display().to_string());
     }
     stress(&tools, command, &args)
 }

@@ -123,15 +123,7 @@ fn workspace_tests(tools: &Tools, args: &[String]) -> Result {
 fn end_to_end(tools: &Tools) -> Result {
     dev::with_private_stack(tools, "e2e", Vec::new(), |stack| {
         let mut cmd = util::cargo();
-        cmd.args([
-            "test",
-            "-p",
-            "tollgate-tests",
-            "--test",
-            "e2e",
-            "--",
-            "--ignored",
-        ]);
+        cmd.args("test -p tollgate-tests --test e2e -- --ignored".split(' '));
         util::run(cmd.env("TOLLGATE_STACK_FILE", &stack.stack_file))
     })
 }
