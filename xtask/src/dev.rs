@@ -39,9 +39,7 @@ use std::fs;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::{self, sleep, JoinHandle};
+use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -105,8 +103,6 @@ pub struct Options {
     /// Rebuild and restart a function when its code changes. Off for test
     /// runs, so an edit during the run cannot restart a function mid-test.
     pub reload: bool,
-    /// Interactive use: copy the functions' log to the terminal once the stack is ready.
-    pub interactive: bool,
     /// Variables only the functions see (the browser tests' limits).
     pub function_env: Vec<(String, String)>,
 }
@@ -204,7 +200,6 @@ pub struct Stack {
     functions: Option<processes::Tree>,
     web: Option<processes::Tree>,
     ddb: Option<DynamoDbLocal>,
-    echo: Option<Echo>,
     lock: Option<Lock>,
 }
 
@@ -356,9 +351,6 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     write_private(&stack.stack_file, &json)?;
     let shell = stack.info.to_shell(&stack.stack_file);
     write_private(&env_file(&stack.stack_file), &shell)?;
-    if opts.interactive {
-        stack.echo = Some(Echo::start(&stack.functions_log)?);
-    }
     Ok(stack)
 }
 
@@ -373,7 +365,6 @@ impl Stack {
             functions: None,
             web: None,
             ddb: None,
-            echo: None,
             lock,
         }
     }
@@ -466,8 +457,6 @@ impl Stack {
         // The stack file goes first: from here on nothing should use it.
         let _ = fs::remove_file(&self.stack_file);
         let _ = fs::remove_file(env_file(&self.stack_file));
-        // Echo off first: cargo-lambda's shutdown chatter stays in the log.
-        drop(self.echo.take());
         for mut tree in [self.functions.take(), self.web.take()]
             .into_iter()
             .flatten()
@@ -514,7 +503,6 @@ pub fn with_private_stack(
         storage: Storage::InMemory,
         invoke_port: None,
         reload: false,
-        interactive: false,
         function_env,
     };
     let result = start(tools, &opts, None).and_then(|stack| {
@@ -784,46 +772,41 @@ impl Env {
     }
 }
 
-/// Copies what the functions log to the terminal (stderr), from the moment
-/// the stack is ready: a developer watching `cargo xtask dev` wants to see
-/// requests and rebuilds, not cargo's build chatter from before, nor
-/// cargo-lambda's internal bookkeeping (see [`echo_worthy`]).
+/// Copies what the functions log to the terminal (stderr), from the moment it is opened (once
+/// the stack is ready): a developer watching `cargo xtask dev` wants to see requests and
+/// rebuilds, not cargo's build chatter from before, nor cargo-lambda's internal bookkeeping
+/// (see [`echo_worthy`]). [`run`]'s wait loop pumps it, so it falls silent before the stack
+/// stops and cargo-lambda's shutdown chatter stays in the log.
 struct Echo {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    reader: BufReader<fs::File>,
+    /// A line is shown once it is whole; a half-written one waits here for its end.
+    line: Vec<u8>,
 }
 
 impl Echo {
-    fn start(log: &Path) -> Result<Echo> {
+    fn open(log: &Path) -> Result<Echo> {
         let mut file = fs::File::open(log)?;
         file.seek(SeekFrom::End(0))?;
-        let mut reader = BufReader::new(file);
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let thread = thread::spawn(move || {
-            // A line is shown once it is whole; a half-written one waits for its end.
-            let mut line = Vec::new();
-            while !stopped.load(Ordering::SeqCst) {
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(_) if line.ends_with(b"\n") => {
-                        let text = String::from_utf8_lossy(&line);
-                        echo_worthy(text.trim_end()).inspect(|shown| eprintln!("{shown}"));
-                        line.clear();
-                    }
-                    _ => sleep(Duration::from_millis(200)),
-                }
-            }
-        });
-        let thread = Some(thread);
-        Ok(Echo { stop, thread })
+        let reader = BufReader::new(file);
+        Ok(Echo {
+            reader,
+            line: Vec::new(),
+        })
     }
-}
 
-impl Drop for Echo {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+    /// Shows the whole lines written since the last call.
+    fn pump(&mut self) {
+        while self
+            .reader
+            .read_until(b'\n', &mut self.line)
+            .is_ok_and(|n| n > 0)
+        {
+            if !self.line.ends_with(b"\n") {
+                return;
+            }
+            let text = String::from_utf8_lossy(&self.line);
+            echo_worthy(text.trim_end()).inspect(|shown| eprintln!("{shown}"));
+            self.line.clear();
         }
     }
 }
@@ -947,7 +930,6 @@ pub fn run(args: Args) -> Result {
         storage,
         invoke_port: args.port,
         reload,
-        interactive: true,
         function_env: Vec::new(),
     };
     // Refuse a second start before spending time on setup.
@@ -959,10 +941,12 @@ pub fn run(args: Args) -> Result {
         "started in {:.1}s",
         started.elapsed().as_secs_f32()
     ));
+    let mut echo = Echo::open(&stack.functions_log)?;
     print!("{}", banner(&stack)?);
     let _ = std::io::stdout().flush();
 
     let result = loop {
+        echo.pump();
         if signal::received() {
             break Ok(());
         }
