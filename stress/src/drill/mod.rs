@@ -69,11 +69,11 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
                 settings.origin_secret.clone(),
             ),
             (
-                "SESSION_RATE_LIMITS".into(),
+                tollgate::catalog::EPHEMERAL_KEY.limits_variable.into(),
                 settings.session_limits.clone(),
             ),
             (
-                "TRANSFER_RATE_LIMITS".into(),
+                tollgate::catalog::TRANSFER.limits_variable.into(),
                 settings.transfer_limits.clone(),
             ),
             ("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()),
@@ -116,17 +116,12 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     };
     let figures = drills::run(&settings, &target, &stack.proxy, restart).await;
 
-    let report = crate::report::render(
+    crate::report::publish(
         "drill.md",
         include_str!("../../templates/drill.md"),
         &figures,
+        o.report.as_deref(),
     )?;
-    println!("{report}");
-    if let Some(path) = &o.report {
-        std::fs::write(path, &report)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("report written to {}", path.display());
-    }
     let violations = figures.violations.len();
     stack.stop(violations > 0).await;
     if violations > 0 {
