@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use tollgate::catalog;
 use tollgate_tests::dynamo::{self, Tables};
 use tollgate_tests::fault_proxy::FaultProxy;
 use tollgate_tests::openai::{Answer, OpenAiStandIn};
@@ -128,9 +129,9 @@ impl Stack {
                 timeout: INVOCATION_TIMEOUT,
             })
         };
-        let transfer = Function::start(spec("transfer")?, o.transfer_instances).await?;
+        let transfer = Function::start(spec(catalog::TRANSFER.name)?, o.transfer_instances).await?;
         let ephemeral_key = match o.session {
-            true => Some(Function::start(spec("ephemeral-key")?, 1).await?),
+            true => Some(Function::start(spec(catalog::EPHEMERAL_KEY.name)?, 1).await?),
             false => None,
         };
         Ok(Stack {

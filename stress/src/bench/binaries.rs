@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use secrecy::ExposeSecret;
 use serde::Serialize;
+use tollgate::catalog;
 use tollgate::clock::{Clock as _, SharedClock, SystemClock};
 use tollgate::config::Env;
 use tollgate::ids::random_hex;
@@ -157,12 +158,18 @@ impl Fixture {
         ]);
         let mut session = base.clone();
         session.extend([
-            ("SESSION_RATE_LIMITS".into(), limits.0.into()),
+            (
+                tollgate::catalog::EPHEMERAL_KEY.limits_variable.into(),
+                limits.0.into(),
+            ),
             ("OPENAI_API_KEY".into(), "sk-local-stand-in".into()),
             ("OPENAI_BASE_URL".into(), self.standin.server.uri()),
         ]);
         let mut transfer = base;
-        transfer.push(("TRANSFER_RATE_LIMITS".into(), limits.1.into()));
+        transfer.push((
+            tollgate::catalog::TRANSFER.limits_variable.into(),
+            limits.1.into(),
+        ));
         (session, transfer)
     }
 }
@@ -240,13 +247,13 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
     let mut functions = Vec::new();
     for (name, binary, env, scenarios) in [
         (
-            "ephemeral-key",
+            catalog::EPHEMERAL_KEY.name,
             &binaries.ephemeral_key,
             session_env,
             &session_scenarios,
         ),
         (
-            "transfer",
+            catalog::TRANSFER.name,
             &binaries.transfer,
             transfer_env,
             &transfer_scenarios,

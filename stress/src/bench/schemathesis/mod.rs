@@ -206,8 +206,14 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
 
     let env = vec![
         ("RUST_LOG".into(), "info".into()),
-        ("SESSION_RATE_LIMITS".into(), SESSION_RATE_LIMITS.into()),
-        ("TRANSFER_RATE_LIMITS".into(), TRANSFER_RATE_LIMITS.into()),
+        (
+            tollgate::catalog::EPHEMERAL_KEY.limits_variable.into(),
+            SESSION_RATE_LIMITS.into(),
+        ),
+        (
+            tollgate::catalog::TRANSFER.limits_variable.into(),
+            TRANSFER_RATE_LIMITS.into(),
+        ),
     ];
     let stack = stack::Functions::start(binaries, env).await?;
     let hook = dir.join("demo_accounts.py");
