@@ -14,12 +14,6 @@
 mod drills;
 
 use std::path::PathBuf;
-use std::sync::Arc;
-
-use secrecy::ExposeSecret;
-use tollgate::clock::SystemClock;
-use tollgate::config::Env;
-use tollgate::serve::Function as _;
 
 use crate::stack::{self, random_hex, Stack};
 use crate::Global;
@@ -61,7 +55,8 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     let stack = Stack::start(stack::Options {
         bin_dir: &global.bin_dir()?,
         transfer_instances: 1,
-        session: true,
+        session_instances: Some(1),
+        fault_proxy: true,
         env: vec![
             ("CLIENT_IP_SOURCE".into(), "cloudfront".into()),
             (
@@ -83,17 +78,8 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     .await?;
 
     // The demo client and its account, written directly with the function's own stores.
-    let app = transfer::App::from_env(
-        &Env::from_pairs(stack.tables.env_pairs()),
-        stack.ddb.clone(),
-        None,
-        Arc::new(SystemClock),
-    )?;
-    let client = app.clients.create("drill-demo").await?;
-    let account = app
-        .ledger
-        .create_account(&client.client_id, 100_000, "JPY")
-        .await?;
+    let demo = stack.seed("drill-demo", &[100_000]).await?;
+    let proxy = stack.proxy.clone().ok_or("the stack has no fault proxy")?;
     let session = stack
         .ephemeral_key
         .clone()
@@ -102,8 +88,8 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
         session: session.clone(),
         transfer: stack.transfer.clone(),
         internal_token: stack.internal_token.clone(),
-        demo_token: client.token.expose_secret().to_string(),
-        demo_account: account.account_id,
+        demo_token: demo.token,
+        demo_account: demo.accounts[0].clone(),
     };
     let restart = || async {
         let off = [("RATE_LIMIT_BLOCK_CACHE_SIZE".to_string(), "0".to_string())];
@@ -114,7 +100,7 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
             .map_err(|e| e.to_string())?;
         session.restart(&off).await.map_err(|e| e.to_string())
     };
-    let figures = drills::run(&settings, &target, &stack.proxy, restart).await;
+    let figures = drills::run(&settings, &target, &proxy, restart).await;
 
     crate::report::publish(
         "drill.md",

@@ -79,7 +79,8 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     let stack = Stack::start(stack::Options {
         bin_dir: &global.bin_dir()?,
         transfer_instances: o.instances as usize,
-        session: false,
+        session_instances: None,
+        fault_proxy: true,
         // The replay tests transfers, not limits.
         env: vec![(
             tollgate::catalog::TRANSFER.limits_variable.into(),
