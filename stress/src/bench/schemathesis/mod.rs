@@ -43,7 +43,7 @@ use serde::Serialize;
 use self::findings::{schema_failures, Caller, Credential, Finding, Outcome, SCHEMA_CHECKS};
 use self::record::{Event, Summary};
 use super::binaries::Binaries;
-use super::report::first_line;
+use super::report::version;
 use super::{workspace_root, BenchError};
 
 /// Test cases per operation and phase: about a minute for all three runs on 2 cores.
@@ -190,9 +190,9 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
             )));
         }
     }
-    let python = first_line(Command::new(cli.with_file_name("python3")).arg("--version"));
-    let version = first_line(Command::new(cli).arg("--version"));
-    let version = version
+    let python = version(Command::new(cli.with_file_name("python3")).arg("--version"));
+    let reported = version(Command::new(cli).arg("--version"));
+    let version = reported
         .rsplit(' ')
         .next()
         .unwrap_or("unknown")
