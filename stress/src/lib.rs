@@ -20,6 +20,7 @@
 pub mod bench;
 pub mod drill;
 pub mod lambda;
+pub mod limits;
 pub mod replay;
 pub mod report;
 pub mod stack;

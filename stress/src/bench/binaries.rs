@@ -28,6 +28,7 @@ use tollgate_tests::events::Event;
 use super::stats::{ms, quantile, Quantiles};
 use super::{BenchError, WARMUP};
 use crate::lambda::Function;
+use crate::limits::Limits;
 use crate::stack::{self, Stack};
 
 /// Fresh processes per function for the cold-start figures.
@@ -36,8 +37,12 @@ const COLD_STARTS: usize = 15;
 /// function 128 MB.
 const MEMORY_GOAL_MB: f64 = 32.0;
 /// Limits far above what the benchmark sends: it measures the limiter's work, not its refusals.
-const SESSION_LIMITS: &str = "ip=100000000/1d,global=100000000/1d";
-const TRANSFER_LIMITS: &str = "ip=100000000/1d,client=100000000/1d";
+fn limits() -> Limits {
+    Limits::new(
+        "ip=100000000/1d,global=100000000/1d",
+        "ip=100000000/1d,client=100000000/1d",
+    )
+}
 
 /// The two function binaries, and the profile they were built with (for the report).
 #[derive(Debug, Clone)]
@@ -85,8 +90,7 @@ pub struct Figures {
     pub cold_starts: usize,
     pub warmup: usize,
     pub n: usize,
-    pub session_limits: &'static str,
-    pub transfer_limits: &'static str,
+    pub limits: Limits,
     pub memory_goal_mb: f64,
     pub functions: Vec<FunctionFigures>,
 }
@@ -98,19 +102,14 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         transfer_instances: 0,
         session_instances: Some(0),
         fault_proxy: false,
-        env: vec![
+        env: [
             ("RUST_LOG".into(), "info".into()),
             ("KILL_SWITCH_CACHE_SECONDS".into(), "5".into()),
             ("SECRETS_TTL_SECONDS".into(), "300".into()),
-            (
-                catalog::EPHEMERAL_KEY.limits_variable.into(),
-                SESSION_LIMITS.into(),
-            ),
-            (
-                catalog::TRANSFER.limits_variable.into(),
-                TRANSFER_LIMITS.into(),
-            ),
-        ],
+        ]
+        .into_iter()
+        .chain(limits().env())
+        .collect(),
         name: "bench",
     })
     .await
@@ -243,8 +242,7 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         cold_starts: COLD_STARTS,
         warmup: WARMUP,
         n,
-        session_limits: SESSION_LIMITS,
-        transfer_limits: TRANSFER_LIMITS,
+        limits: limits(),
         memory_goal_mb: MEMORY_GOAL_MB,
         functions,
     })

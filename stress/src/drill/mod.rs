@@ -15,6 +15,7 @@ mod drills;
 
 use std::path::PathBuf;
 
+use crate::limits::Limits;
 use crate::stack::{self, random_hex, Stack};
 use crate::Global;
 
@@ -49,30 +50,26 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     let settings = drills::Settings {
         short: o.short,
         origin_secret: random_hex(16)?,
-        session_limits: format!("ip=5/{window}s,global=100000/1d"),
-        transfer_limits: format!("ip=20/{window}s,client=5/{window}s"),
+        limits: Limits::new(
+            format!("ip=5/{window}s,global=100000/1d"),
+            format!("ip=20/{window}s,client=5/{window}s"),
+        ),
     };
+    let mut env = vec![
+        ("CLIENT_IP_SOURCE".into(), "cloudfront".into()),
+        (
+            "ORIGIN_VERIFY_SECRET".into(),
+            settings.origin_secret.clone(),
+        ),
+        ("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()),
+    ];
+    env.extend(settings.limits.env());
     let stack = Stack::start(stack::Options {
         bin_dir: &global.bin_dir()?,
         transfer_instances: 1,
         session_instances: Some(1),
         fault_proxy: true,
-        env: vec![
-            ("CLIENT_IP_SOURCE".into(), "cloudfront".into()),
-            (
-                "ORIGIN_VERIFY_SECRET".into(),
-                settings.origin_secret.clone(),
-            ),
-            (
-                tollgate::catalog::EPHEMERAL_KEY.limits_variable.into(),
-                settings.session_limits.clone(),
-            ),
-            (
-                tollgate::catalog::TRANSFER.limits_variable.into(),
-                settings.transfer_limits.clone(),
-            ),
-            ("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()),
-        ],
+        env,
         name: "drill",
     })
     .await?;
