@@ -165,6 +165,17 @@ pub struct GuardSettings {
 }
 
 impl GuardSettings {
+    /// Reads the shared settings of `function`, with its own limits variable and default from
+    /// the catalog: what every function runs on.
+    pub fn for_function(env: &Env, function: &catalog::Function) -> Result<Self, ConfigError> {
+        Self::from_env(
+            env,
+            function.name,
+            function.limits_variable,
+            function.default_limits,
+        )
+    }
+
     /// Reads the shared settings; `limits_var` names the function's own limits variable
     /// (`SESSION_RATE_LIMITS`, `TRANSFER_RATE_LIMITS`) and `default_limits` its default.
     pub fn from_env(
@@ -233,13 +244,7 @@ mod tests {
     use super::*;
 
     fn settings(pairs: &[(&str, &str)]) -> Result<GuardSettings, ConfigError> {
-        let f = catalog::TRANSFER;
-        GuardSettings::from_env(
-            &Env::from_pairs(pairs.iter().copied()),
-            f.name,
-            f.limits_variable,
-            f.default_limits,
-        )
+        GuardSettings::for_function(&Env::from_pairs(pairs.iter().copied()), &catalog::TRANSFER)
     }
 
     #[test]

@@ -3,31 +3,50 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use lambda_http::{service_fn, Body, Error, Request, Response};
 use tracing::Instrument;
 
+use crate::catalog;
 use crate::clock::{SharedClock, SystemClock};
-use crate::config::{ConfigError, Env};
+use crate::config::{ConfigError, Env, GuardSettings};
 use crate::gate::Gate;
 use crate::http::{finish, request_id, respond, route_path};
+use crate::idempotency::IdempotencyStore;
 use crate::problem::{ApiError, ClientError};
 use crate::ratelimit::Admission;
 
 /// A function: built once per process from its environment, then asked to handle requests.
 pub trait Function: Send + Sync + Sized + 'static {
-    /// The logical name: kill-switch key, rate-limit scope, metrics dimension.
-    const NAME: &'static str;
+    /// Its names in the catalog: the logical name (kill-switch key, rate-limit scope, metrics
+    /// dimension) and its limits variable with their default.
+    const FUNCTION: &'static catalog::Function;
 
     /// What its routes may answer: the shared [`ApiError`]s and its own.
     type Error: ClientError + From<ApiError> + Send;
 
+    /// Builds the function over its guards, already built: only what is its own (settings,
+    /// stores, upstreams) is written here.
+    fn build(parts: Parts<'_>) -> Result<Self, ConfigError>;
+
+    /// Reads the shared guard settings the same way for every function (its limits through
+    /// [`Function::FUNCTION`]), builds the [`Gate`] over the clients, then [`Function::build`].
     fn from_env(
         env: &Env,
         ddb: aws_sdk_dynamodb::Client,
         ssm: Option<aws_sdk_ssm::Client>,
         clock: SharedClock,
-    ) -> Result<Self, ConfigError>;
+    ) -> Result<Self, ConfigError> {
+        let guard = GuardSettings::for_function(env, Self::FUNCTION)?;
+        let gate = Gate::new(guard, ddb.clone(), ssm, clock.clone());
+        Self::build(Parts {
+            env,
+            gate,
+            ddb,
+            clock,
+        })
+    }
 
     /// The function's guards (and settings: base path, CORS origins).
     fn gate(&self) -> &Gate;
@@ -61,18 +80,33 @@ pub trait Function: Send + Sync + Sized + 'static {
                     return finish(preflight, &request_id, None);
                 }
             }
-            let span =
-                tracing::info_span!("request", request_id = %request_id, function = Self::NAME);
+            let span = tracing::info_span!("request", request_id = %request_id, function = Self::FUNCTION.name);
             let mut admission = Admission::default();
             let result = self
                 .route(&req, &request_id, &mut admission)
                 .instrument(span)
                 .await;
-            crate::metrics::record(Self::NAME, &result);
+            crate::metrics::record(Self::FUNCTION.name, &result);
             let mut response = respond(result, &request_id, Some(&admission));
             settings.cors.decorate(origin, &mut response);
             response
         }
+    }
+}
+
+/// What [`Function::from_env`] hands a function's [`Function::build`]: its environment, its
+/// gate, and the client and clock its own stores use (the ones the gate runs on).
+pub struct Parts<'a> {
+    pub env: &'a Env,
+    pub gate: Gate,
+    pub ddb: aws_sdk_dynamodb::Client,
+    pub clock: SharedClock,
+}
+
+impl Parts<'_> {
+    /// The function's idempotency store over `table`, keeping a record `ttl` at most.
+    pub fn idempotency(&self, table: &str, ttl: Duration) -> IdempotencyStore {
+        IdempotencyStore::new(self.ddb.clone(), table, self.clock.clone(), ttl)
     }
 }
 

@@ -11,8 +11,10 @@
 //!   reconciliation of DynamoDB against the log.
 //! - [`drill`]: attack drills against the rate limits in `cloudfront` mode.
 //! - [`bench`]: the figures in `docs/benchmarks.md`.
-//! - [`stack`]: what a run owns beside DynamoDB Local: its tables, the fault proxy, the
-//!   OpenAI stand-in and the function pools.
+//! - [`stack`]: what a run owns beside DynamoDB Local: its tables, the fault proxy (not for
+//!   bench part 3, which times the functions alone), the OpenAI stand-in and the function
+//!   pools.
+//! - [`limits`]: a run's two limits variables, for the functions and the report.
 //! - [`report`]: the reports' prose is in `templates/*.md`, rendered with minijinja.
 //!
 //! The fault proxy and the OpenAI stand-in come from `tollgate-tests` too: one of each.
@@ -20,6 +22,7 @@
 pub mod bench;
 pub mod drill;
 pub mod lambda;
+pub mod limits;
 pub mod replay;
 pub mod report;
 pub mod stack;

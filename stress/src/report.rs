@@ -4,6 +4,8 @@
 //! Blocks (`{% for %}`, `{% if %}`) take their own line and leave no blank line behind
 //! (`trim_blocks`, `lstrip_blocks`), so a template reads like the Markdown it makes.
 
+use std::path::Path;
+
 use minijinja::Environment;
 use serde::Serialize;
 
@@ -19,6 +21,24 @@ pub fn render(
     env.set_keep_trailing_newline(true);
     env.add_template(name, template)?;
     env.get_template(name)?.render(context)
+}
+
+/// Renders `template` with `figures`, prints the report and, when `path` is given, writes it
+/// there too: how replay and drill hand their reports back.
+pub fn publish(
+    name: &str,
+    template: &str,
+    figures: impl Serialize,
+    path: Option<&Path>,
+) -> Result<(), crate::Error> {
+    let report = render(name, template, figures)?;
+    println!("{report}");
+    if let Some(path) = path {
+        std::fs::write(path, &report)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!("report written to {}", path.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The stack a run owns, beside DynamoDB Local (whose endpoint comes in `DYNAMODB_ENDPOINT`,
 //! as for `cargo test`): its own tables (exactly as `template.yaml` defines them, under a
-//! fresh prefix), the fault proxy between the functions and DynamoDB Local, the OpenAI
-//! stand-in, and each function's pool of processes.
+//! fresh prefix), the fault proxy between the functions and DynamoDB Local (unless the run
+//! measures the functions themselves: [`Options::fault_proxy`]), the OpenAI stand-in, and each
+//! function's pool of processes.
 //!
 //! The proxy is up before any function starts (a function reads `DYNAMODB_ENDPOINT` at cold
 //! start), and everything is in this process: a run arms faults, kills and restarts functions
@@ -12,6 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use secrecy::ExposeSecret;
+use tollgate::catalog;
+use tollgate::clock::SystemClock;
+use tollgate::config::Env;
+use tollgate::serve::Function as _;
 use tollgate_tests::dynamo::{self, Tables};
 use tollgate_tests::fault_proxy::FaultProxy;
 use tollgate_tests::openai::{Answer, OpenAiStandIn};
@@ -28,8 +34,12 @@ pub struct Options<'a> {
     pub bin_dir: &'a Path,
     /// `transfer` processes.
     pub transfer_instances: usize,
-    /// Also the `ephemeral-key` function (one process) and the OpenAI stand-in.
-    pub session: bool,
+    /// Also the `ephemeral-key` function, with this many processes, and the OpenAI stand-in.
+    pub session_instances: Option<usize>,
+    /// The functions reach DynamoDB Local through the fault proxy (replay, drill: faults are
+    /// armed there); `false`: directly, with no proxy at all (the bench times the functions,
+    /// not a proxy's hop).
+    pub fault_proxy: bool,
     /// Variables for both functions, on top of the stack's wiring.
     pub env: Vec<(String, String)>,
     /// The run's name, for its log directory.
@@ -40,7 +50,8 @@ pub struct Options<'a> {
 pub struct Stack {
     /// DynamoDB Local, directly (not through the proxy): setup and reconciliation.
     pub ddb: Client,
-    pub proxy: Arc<FaultProxy>,
+    /// Between the functions and DynamoDB Local; `None` without [`Options::fault_proxy`].
+    pub proxy: Option<Arc<FaultProxy>>,
     pub tables: Tables,
     /// The functions' `INTERNAL_TOKEN`, random for the run.
     pub internal_token: String,
@@ -65,6 +76,17 @@ pub enum Error {
     Random(getrandom::Error),
     #[error(transparent)]
     Function(#[from] lambda::Error),
+    #[error("cannot seed a client and its accounts: {0}")]
+    Seed(String),
+}
+
+/// A client with accounts, made with the transfer function's own stores.
+pub struct Seeded {
+    pub client_id: String,
+    /// Its bearer token.
+    pub token: String,
+    /// In the order of the balances asked for.
+    pub accounts: Vec<String>,
 }
 
 /// `n` random bytes as hex: a secret for this run.
@@ -79,11 +101,14 @@ impl Stack {
         let upstream = dynamo::endpoint();
         let (ddb, _) = dynamo::client_at(&upstream);
         let tables = Tables::create(&ddb).await;
-        let proxy = Arc::new(FaultProxy::start(&upstream).await);
+        let proxy = match o.fault_proxy {
+            true => Some(Arc::new(FaultProxy::start(&upstream).await)),
+            false => None,
+        };
+        let endpoint = proxy.as_ref().map_or(upstream.clone(), |p| p.endpoint());
         eprintln!(
-            "{}: fault proxy {} -> DynamoDB Local {upstream}",
-            o.name,
-            proxy.endpoint()
+            "{}: functions -> {endpoint} -> DynamoDB Local {upstream}",
+            o.name
         );
         let logs =
             std::env::temp_dir().join(format!("tollgate-stress-{}-{}", o.name, std::process::id()));
@@ -93,8 +118,8 @@ impl Stack {
         })?;
         let internal_token = format!("stress-{}", random_hex(16)?);
         let mut env = vec![
-            ("DYNAMODB_ENDPOINT".to_string(), proxy.endpoint()),
-            ("AWS_ENDPOINT_URL_DYNAMODB".to_string(), proxy.endpoint()),
+            ("DYNAMODB_ENDPOINT".to_string(), endpoint.clone()),
+            ("AWS_ENDPOINT_URL_DYNAMODB".to_string(), endpoint),
             ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
             ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
             ("AWS_REGION".to_string(), "us-east-1".to_string()),
@@ -103,7 +128,7 @@ impl Stack {
             ("INTERNAL_TOKEN".to_string(), internal_token.clone()),
         ];
         env.extend(tables.env_pairs());
-        let openai = if o.session {
+        let openai = if o.session_instances.is_some() {
             let standin = OpenAiStandIn::start(Answer::Secret {
                 expires_at: 4_000_000_000,
             })
@@ -128,10 +153,10 @@ impl Stack {
                 timeout: INVOCATION_TIMEOUT,
             })
         };
-        let transfer = Function::start(spec("transfer")?, o.transfer_instances).await?;
-        let ephemeral_key = match o.session {
-            true => Some(Function::start(spec("ephemeral-key")?, 1).await?),
-            false => None,
+        let transfer = Function::start(spec(catalog::TRANSFER.name)?, o.transfer_instances).await?;
+        let ephemeral_key = match o.session_instances {
+            Some(n) => Some(Function::start(spec(catalog::EPHEMERAL_KEY.name)?, n).await?),
+            None => None,
         };
         Ok(Stack {
             ddb,
@@ -142,6 +167,34 @@ impl Stack {
             ephemeral_key,
             logs,
             _openai: openai,
+        })
+    }
+
+    /// A client named `name` with one account (in JPY) per balance, written directly (not
+    /// through the proxy) with the transfer function's own stores.
+    pub async fn seed(&self, name: &str, balances: &[u64]) -> Result<Seeded, Error> {
+        let seed = |e: &dyn std::fmt::Display| Error::Seed(e.to_string());
+        let app = transfer::App::from_env(
+            &Env::from_pairs(self.tables.env_pairs()),
+            self.ddb.clone(),
+            None,
+            Arc::new(SystemClock),
+        )
+        .map_err(|e| seed(&e))?;
+        let client = app.clients.create(name).await.map_err(|e| seed(&e))?;
+        let mut accounts = Vec::new();
+        for &balance in balances {
+            let account = app
+                .ledger
+                .create_account(&client.client_id, balance, "JPY")
+                .await
+                .map_err(|e| seed(&e))?;
+            accounts.push(account.account_id);
+        }
+        Ok(Seeded {
+            token: client.token.expose_secret().to_string(),
+            client_id: client.client_id,
+            accounts,
         })
     }
 

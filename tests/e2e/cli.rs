@@ -6,6 +6,8 @@
 use std::process::Command;
 
 use serde_json::Value;
+use tollgate::catalog;
+use tollgate_tests::cli_args;
 
 use crate::kill_switch::session_until;
 use crate::readme::cli_dir;
@@ -83,36 +85,24 @@ fn the_cli_flips_the_kill_switch_of_the_running_function_and_resets_a_limit() {
         .json(&serde_json::json!({}))
         .send();
     expect_status(&counted, 200, "POST /session");
-    let shown = cli(&[
-        "limits",
+    let shown = cli(&cli_args::limits(
         "show",
-        "--function",
-        "ephemeral-key",
-        "--layer",
+        catalog::EPHEMERAL_KEY.name,
         "ip",
-        "--key",
-        "127.0.0.1",
-    ]);
+        Some("127.0.0.1"),
+    ));
     assert!(shown["count"].as_u64().unwrap() >= 1, "{shown}");
-    cli(&[
-        "limits",
+    cli(&cli_args::limits(
         "reset",
-        "--function",
-        "ephemeral-key",
-        "--layer",
+        catalog::EPHEMERAL_KEY.name,
         "ip",
-        "--key",
-        "127.0.0.1",
-    ]);
-    let after = cli(&[
-        "limits",
+        Some("127.0.0.1"),
+    ));
+    let after = cli(&cli_args::limits(
         "show",
-        "--function",
-        "ephemeral-key",
-        "--layer",
+        catalog::EPHEMERAL_KEY.name,
         "ip",
-        "--key",
-        "127.0.0.1",
-    ]);
+        Some("127.0.0.1"),
+    ));
     assert_eq!(after["count"], 0);
 }

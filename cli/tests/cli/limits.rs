@@ -3,6 +3,7 @@
 use tollgate::catalog;
 use tollgate::client_addr::ClientAddr;
 use tollgate::ratelimit::{Admission, Layer, LimitCheck, RateLimiter, RateLimits};
+use tollgate_tests::cli_args;
 
 use crate::harness::{keys, shared, TestCli};
 
@@ -29,16 +30,12 @@ async fn count_session_requests(cli: &TestCli, limits: &RateLimits, ip: &str, n:
 async fn show_count_then_reset() {
     let limits = "ip=5/1h,global=50/1d";
     let cli = TestCli::with_env(&[(catalog::EPHEMERAL_KEY.limits_variable, limits)]).await;
-    let show = [
-        "limits",
+    let show = cli_args::limits(
         "show",
-        "--function",
-        "ephemeral-key",
-        "--layer",
+        catalog::EPHEMERAL_KEY.name,
         "ip",
-        "--key",
-        "2001:db8:1:2::99",
-    ];
+        Some("2001:db8:1:2::99"),
+    );
 
     let empty = cli.json(&show).await;
     assert_eq!(
@@ -69,30 +66,22 @@ async fn show_count_then_reset() {
     .await;
     assert_eq!(cli.json(&show).await["count"], 3);
     let as_counted = cli
-        .json(&[
-            "limits",
+        .json(&cli_args::limits(
             "show",
-            "--function",
-            "ephemeral-key",
-            "--layer",
+            catalog::EPHEMERAL_KEY.name,
             "ip",
-            "--key",
-            "2001:db8:1:2::/64",
-        ])
+            Some("2001:db8:1:2::/64"),
+        ))
         .await;
     assert_eq!(as_counted["count"], 3);
 
     let reset = cli
-        .json(&[
-            "limits",
+        .json(&cli_args::limits(
             "reset",
-            "--function",
-            "ephemeral-key",
-            "--layer",
+            catalog::EPHEMERAL_KEY.name,
             "ip",
-            "--key",
-            "2001:db8:1:2::99",
-        ])
+            Some("2001:db8:1:2::99"),
+        ))
         .await;
     assert_eq!(reset["reset"], true);
     assert_eq!(reset["key"], "2001:db8:1:2::/64");
@@ -104,16 +93,12 @@ async fn limits_come_from_the_functions_variables_or_defaults() {
     // Nothing set: transfer's default client layer (60/1m).
     let cli = TestCli::new().await;
     let client = cli
-        .json(&[
-            "limits",
+        .json(&cli_args::limits(
             "show",
-            "--function",
-            "transfer",
-            "--layer",
+            catalog::TRANSFER.name,
             "client",
-            "--key",
-            "cl_1",
-        ])
+            Some("cl_1"),
+        ))
         .await;
     assert_eq!(
         (client["limit"].as_u64(), client["count"].as_u64()),
@@ -123,14 +108,12 @@ async fn limits_come_from_the_functions_variables_or_defaults() {
 
     // global takes no key.
     let global = cli
-        .json(&[
-            "limits",
+        .json(&cli_args::limits(
             "show",
-            "--function",
-            "ephemeral-key",
-            "--layer",
+            catalog::EPHEMERAL_KEY.name,
             "global",
-        ])
+            None,
+        ))
         .await;
     assert_eq!(
         (global["limit"].as_u64(), global["key"].as_str()),
@@ -139,65 +122,54 @@ async fn limits_come_from_the_functions_variables_or_defaults() {
 
     // A layer the function does not count, and a layer without its key.
     let line = cli
-        .fails(&[
-            "limits",
+        .fails(&cli_args::limits(
             "show",
-            "--function",
-            "ephemeral-key",
-            "--layer",
+            catalog::EPHEMERAL_KEY.name,
             "client",
-            "--key",
-            "c",
-        ])
+            Some("c"),
+        ))
         .await;
     assert!(
         line.contains(catalog::EPHEMERAL_KEY.limits_variable),
         "{line}"
     );
     let line = cli
-        .fails(&["limits", "show", "--function", "transfer", "--layer", "ip"])
+        .fails(&cli_args::limits(
+            "show",
+            catalog::TRANSFER.name,
+            "ip",
+            None,
+        ))
         .await;
     assert!(line.contains("--key"), "{line}");
     let line = cli
-        .fails(&[
-            "limits",
+        .fails(&cli_args::limits(
             "show",
-            "--function",
-            "transfer",
-            "--layer",
+            catalog::TRANSFER.name,
             "user",
-            "--key",
-            "x",
-        ])
+            Some("x"),
+        ))
         .await;
     assert!(line.contains("layer"), "{line}");
     let line = cli
-        .fails(&[
-            "limits",
+        .fails(&cli_args::limits(
             "show",
-            "--function",
-            "transfer",
-            "--layer",
+            catalog::TRANSFER.name,
             "ip",
-            "--key",
-            "nope",
-        ])
+            Some("nope"),
+        ))
         .await;
     assert!(line.contains("IP address"), "{line}");
 
     // A bad limits variable names itself, as the function's start would.
     let cli = TestCli::with_env(&[(catalog::TRANSFER.limits_variable, "ip=ten/1m")]).await;
     let line = cli
-        .fails(&[
-            "limits",
+        .fails(&cli_args::limits(
             "show",
-            "--function",
-            "transfer",
-            "--layer",
+            catalog::TRANSFER.name,
             "ip",
-            "--key",
-            "192.0.2.1",
-        ])
+            Some("192.0.2.1"),
+        ))
         .await;
     assert!(line.contains(catalog::TRANSFER.limits_variable), "{line}");
 }
@@ -208,14 +180,12 @@ async fn a_layer_turned_off_has_no_counter_to_show_or_reset() {
         TestCli::with_env(&[(catalog::EPHEMERAL_KEY.limits_variable, "ip=5/1h,global=off")]).await;
     for action in ["show", "reset"] {
         let line = cli
-            .fails(&[
-                "limits",
+            .fails(&cli_args::limits(
                 action,
-                "--function",
-                "ephemeral-key",
-                "--layer",
+                catalog::EPHEMERAL_KEY.name,
                 "global",
-            ])
+                None,
+            ))
             .await;
         assert!(
             line.contains("global layer is off")
@@ -225,16 +195,12 @@ async fn a_layer_turned_off_has_no_counter_to_show_or_reset() {
     }
     // The layers still counted are unaffected.
     let ip = cli
-        .json(&[
-            "limits",
+        .json(&cli_args::limits(
             "show",
-            "--function",
-            "ephemeral-key",
-            "--layer",
+            catalog::EPHEMERAL_KEY.name,
             "ip",
-            "--key",
-            "192.0.2.1",
-        ])
+            Some("192.0.2.1"),
+        ))
         .await;
     assert_eq!(ip["limit"], 5);
 }

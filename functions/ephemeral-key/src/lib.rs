@@ -20,12 +20,11 @@ pub mod upstream;
 
 use lambda_http::{Body, Request, Response};
 use tollgate::catalog;
-use tollgate::clock::SharedClock;
-use tollgate::config::{ConfigError, Env, GuardSettings};
+use tollgate::config::ConfigError;
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
-use tollgate::idempotency::IdempotencyStore;
 use tollgate::ratelimit::{Admission, Layer};
+use tollgate::serve::Parts;
 use tollgate::ApiError;
 
 pub use crate::error::SessionError;
@@ -47,35 +46,22 @@ pub struct App {
 }
 
 impl tollgate::serve::Function for App {
-    const NAME: &'static str = FUNCTION.name;
+    const FUNCTION: &'static catalog::Function = FUNCTION;
     type Error = SessionError;
 
-    fn from_env(
-        env: &Env,
-        ddb: aws_sdk_dynamodb::Client,
-        ssm: Option<aws_sdk_ssm::Client>,
-        clock: SharedClock,
-    ) -> Result<Self, ConfigError> {
-        let guard = GuardSettings::from_env(
-            env,
-            FUNCTION.name,
-            FUNCTION.limits_variable,
-            FUNCTION.default_limits,
-        )?;
+    fn build(parts: Parts<'_>) -> Result<Self, ConfigError> {
         // The `global` layer is the spend cap. Leaving it out of the list must not quietly
         // remove it: only `global=off` runs without one.
-        if guard.rate_limits.get(Layer::Global).is_none()
-            && !guard.rate_limits.is_off(Layer::Global)
-        {
+        let limits = &parts.gate.settings().rate_limits;
+        if limits.get(Layer::Global).is_none() && !limits.is_off(Layer::Global) {
             return Err(ConfigError::new(
                 FUNCTION.limits_variable,
                 format!(
-                    "no global layer ({}): it caps the sessions minted, and so OpenAI spend; add one such as global=2000/1d, or write global=off to run without a cap on purpose",
-                    guard.rate_limits
+                    "no global layer ({limits}): it caps the sessions minted, and so OpenAI spend; add one such as global=2000/1d, or write global=off to run without a cap on purpose",
                 ),
             ));
         }
-        let settings = SessionSettings::from_env(env)?;
+        let settings = SessionSettings::from_env(parts.env)?;
         let upstream =
             Upstream::new(&settings.base_url, settings.upstream_timeout).map_err(|e| {
                 ConfigError::new(
@@ -83,20 +69,15 @@ impl tollgate::serve::Function for App {
                     format!("cannot build the HTTPS client: {e}"),
                 )
             })?;
-        let idempotency = IdempotencyStore::new(
-            ddb.clone(),
-            &settings.idempotency_table,
-            clock.clone(),
-            settings.idempotency_ttl,
-        );
+        let idempotency = parts.idempotency(&settings.idempotency_table, settings.idempotency_ttl);
         Ok(Self {
             sessions: Sessions {
                 settings,
                 upstream,
                 idempotency,
-                cooldown: Cooldown::new(clock.clone()),
+                cooldown: Cooldown::new(parts.clock),
             },
-            gate: Gate::new(guard, ddb, ssm, clock),
+            gate: parts.gate,
         })
     }
 
@@ -143,6 +124,7 @@ mod tests {
     use std::sync::Arc;
 
     use tollgate::clock::ManualClock;
+    use tollgate::config::Env;
     use tollgate::serve::Function;
 
     use super::*;

@@ -24,12 +24,12 @@ use lambda_http::{Body, Request, Response};
 use serde::Serialize;
 use tollgate::catalog;
 use tollgate::clients::{bearer_token, ClientStore};
-use tollgate::clock::SharedClock;
-use tollgate::config::{ConfigError, Env, GuardSettings};
+use tollgate::config::ConfigError;
 use tollgate::gate::Gate;
 use tollgate::http::json_response;
-use tollgate::idempotency::{fingerprint, IdempotencyKey, IdempotencyStore, KeyError, Scope};
+use tollgate::idempotency::{fingerprint, IdempotencyKey, KeyError, Scope};
 use tollgate::ratelimit::{Admission, Layer};
+use tollgate::serve::Parts;
 use tollgate::ApiError;
 
 pub use crate::error::TransferError;
@@ -57,45 +57,29 @@ enum Route<'a> {
 }
 
 impl tollgate::serve::Function for App {
-    const NAME: &'static str = FUNCTION.name;
+    const FUNCTION: &'static catalog::Function = FUNCTION;
     type Error = TransferError;
 
-    fn from_env(
-        env: &Env,
-        ddb: aws_sdk_dynamodb::Client,
-        ssm: Option<aws_sdk_ssm::Client>,
-        clock: SharedClock,
-    ) -> Result<Self, ConfigError> {
-        let guard = GuardSettings::from_env(
-            env,
-            FUNCTION.name,
-            FUNCTION.limits_variable,
-            FUNCTION.default_limits,
-        )?;
-        let settings = TransferSettings::from_env(env)?;
-        let idempotency = IdempotencyStore::new(
-            ddb.clone(),
-            &settings.idempotency_table,
-            clock.clone(),
-            settings.idempotency_ttl,
-        );
+    fn build(parts: Parts<'_>) -> Result<Self, ConfigError> {
+        let settings = TransferSettings::from_env(parts.env)?;
+        let idempotency = parts.idempotency(&settings.idempotency_table, settings.idempotency_ttl);
         Ok(Self {
             clients: ClientStore::new(
-                ddb.clone(),
+                parts.ddb.clone(),
                 &settings.clients_table,
-                clock.clone(),
+                parts.clock.clone(),
                 settings.token_cache,
             ),
             ledger: Ledger::new(
-                ddb.clone(),
+                parts.ddb,
                 &settings.accounts_table,
                 &settings.transfers_table,
                 idempotency,
-                clock.clone(),
+                parts.clock,
                 &settings.default_currency,
-                &guard.base_path,
+                &parts.gate.settings().base_path,
             ),
-            gate: Gate::new(guard, ddb, ssm, clock),
+            gate: parts.gate,
             settings,
         })
     }

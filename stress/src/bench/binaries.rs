@@ -1,6 +1,7 @@
 //! Part 3: each function's binary run as Lambda runs it, in the harness's function pool under
-//! its runtime API emulator ([`crate::lambda`]), against DynamoDB Local and the OpenAI
-//! stand-in of `tollgate-tests`.
+//! its runtime API emulator ([`crate::lambda`]), on the harness's stack ([`crate::stack`]:
+//! its own tables and the OpenAI stand-in of `tollgate-tests`) talking to DynamoDB Local
+//! directly, with no fault proxy in between.
 //!
 //! - **Cold start**: from just before a process is spawned until its first
 //!   `GET …/invocation/next` (configuration read, SDK clients built), then that process's
@@ -17,33 +18,31 @@
 //! benchmark that timed errors would be measuring the wrong thing, so a wrong answer fails it.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use secrecy::ExposeSecret;
 use serde::Serialize;
-use tollgate::clock::{Clock as _, SharedClock, SystemClock};
-use tollgate::config::Env;
+use tollgate::catalog;
 use tollgate::ids::random_hex;
-use tollgate::serve::Function as _;
-use tollgate_tests::dynamo::{self, Tables};
 use tollgate_tests::events::Event;
-use tollgate_tests::openai::{Answer, OpenAiStandIn};
 
 use super::stats::{ms, quantile, Quantiles};
 use super::{BenchError, WARMUP};
-use crate::lambda::{Function, FunctionSpec};
+use crate::lambda::Function;
+use crate::limits::Limits;
+use crate::stack::{self, Stack};
 
 /// Fresh processes per function for the cold-start figures.
 const COLD_STARTS: usize = 15;
-/// How long the function gets for one request.
-const TIMEOUT: Duration = Duration::from_secs(30);
 /// The goal for peak memory, in MB (10^6 bytes, the stricter reading); the template gives each
 /// function 128 MB.
 const MEMORY_GOAL_MB: f64 = 32.0;
 /// Limits far above what the benchmark sends: it measures the limiter's work, not its refusals.
-const SESSION_LIMITS: &str = "ip=100000000/1d,global=100000000/1d";
-const TRANSFER_LIMITS: &str = "ip=100000000/1d,client=100000000/1d";
+fn limits() -> Limits {
+    Limits::new(
+        "ip=100000000/1d,global=100000000/1d",
+        "ip=100000000/1d,client=100000000/1d",
+    )
+}
 
 /// The two function binaries, and the profile they were built with (for the report).
 #[derive(Debug, Clone)]
@@ -91,101 +90,38 @@ pub struct Figures {
     pub cold_starts: usize,
     pub warmup: usize,
     pub n: usize,
-    pub session_limits: &'static str,
-    pub transfer_limits: &'static str,
+    pub limits: Limits,
     pub memory_goal_mb: f64,
     pub functions: Vec<FunctionFigures>,
 }
 
-/// A function's variables.
-pub type Vars = Vec<(String, String)>;
-
-/// What the functions need around them: tables, a client with two accounts, the stand-in.
-pub struct Fixture {
-    pub tables: Tables,
-    pub token: String,
-    pub accounts: [String; 2],
-    pub internal_token: String,
-    pub standin: OpenAiStandIn,
-}
-
-impl Fixture {
-    /// Fresh tables, a client and a payer and payee (in JPY), created with the transfer
-    /// function's own code.
-    pub async fn create(payer_balance: u64) -> Result<Self, BenchError> {
-        let (ddb, _) = dynamo::client();
-        let tables = Tables::create(&ddb).await;
-        let clock: SharedClock = Arc::new(SystemClock);
-        let app = transfer::App::from_env(&Env::from_pairs(tables.env_pairs()), ddb, None, clock)
-            .map_err(|e| BenchError::Setup(format!("the transfer app: {e}")))?;
-        let client = app
-            .clients
-            .create("bench")
-            .await
-            .map_err(|e| BenchError::Setup(format!("a client: {e}")))?;
-        let mut accounts = Vec::new();
-        for balance in [payer_balance, 0] {
-            let account = app
-                .ledger
-                .create_account(&client.client_id, balance, "JPY")
-                .await
-                .map_err(|e| BenchError::Setup(format!("an account: {e}")))?;
-            accounts.push(account.account_id);
-        }
-        let expires_at = SystemClock.now_ms() / 1000 + 3600;
-        Ok(Self {
-            tables,
-            token: client.token.expose_secret().to_string(),
-            accounts: [accounts[0].clone(), accounts[1].clone()],
-            internal_token: random_hex(16),
-            standin: OpenAiStandIn::start(Answer::Secret { expires_at }).await,
-        })
-    }
-
-    /// Both functions' variables: these tables, DynamoDB Local, the internal token, `limits`
-    /// (session, transfer), and for `ephemeral-key` the stand-in as upstream.
-    pub fn env(&self, limits: (&str, &str)) -> (Vars, Vars) {
-        let endpoint = dynamo::endpoint();
-        let mut base = self.tables.env_pairs();
-        base.extend([
-            ("DYNAMODB_ENDPOINT".into(), endpoint.clone()),
-            ("AWS_ENDPOINT_URL_DYNAMODB".into(), endpoint),
+pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
+    // Straight to DynamoDB Local: the figures are the functions', not a proxy's.
+    let stack = Stack::start(stack::Options {
+        bin_dir: &binaries.dir,
+        transfer_instances: 0,
+        session_instances: Some(0),
+        fault_proxy: false,
+        env: [
             ("RUST_LOG".into(), "info".into()),
-            ("INTERNAL_TOKEN".into(), self.internal_token.clone()),
             ("KILL_SWITCH_CACHE_SECONDS".into(), "5".into()),
             ("SECRETS_TTL_SECONDS".into(), "300".into()),
-        ]);
-        let mut session = base.clone();
-        session.extend([
-            ("SESSION_RATE_LIMITS".into(), limits.0.into()),
-            ("OPENAI_API_KEY".into(), "sk-local-stand-in".into()),
-            ("OPENAI_BASE_URL".into(), self.standin.server.uri()),
-        ]);
-        let mut transfer = base;
-        transfer.push(("TRANSFER_RATE_LIMITS".into(), limits.1.into()));
-        (session, transfer)
-    }
-}
-
-/// A function's spec: its binary, its variables, its log.
-pub fn spec(
-    name: &str,
-    binary: &std::path::Path,
-    env: Vec<(String, String)>,
-    log: PathBuf,
-) -> FunctionSpec {
-    FunctionSpec {
-        name: name.into(),
-        binary: binary.to_path_buf(),
-        env,
-        log: Some(log),
-        timeout: TIMEOUT,
-    }
-}
-
-pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
-    let fixture = Fixture::create(1_000_000_000_000).await?;
-    let (session_env, transfer_env) = fixture.env((SESSION_LIMITS, TRANSFER_LIMITS));
+        ]
+        .into_iter()
+        .chain(limits().env())
+        .collect(),
+        name: "bench",
+    })
+    .await
+    .map_err(|e| BenchError::Setup(format!("part 3's stack: {e}")))?;
+    let session = stack
+        .ephemeral_key
+        .clone()
+        .ok_or_else(|| BenchError::Setup("part 3's stack has no ephemeral-key".into()))?;
+    let fixture = stack
+        .seed("bench", &[1_000_000_000_000, 0])
+        .await
+        .map_err(|e| BenchError::Setup(e.to_string()))?;
     let auth = format!("Bearer {}", fixture.token);
     // The replay scenario sends the very requests the new-key scenario sent before it.
     let run_id = random_hex(4);
@@ -236,27 +172,24 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         not_found(),
     ];
 
-    let logs = std::env::temp_dir();
     let mut functions = Vec::new();
-    for (name, binary, env, scenarios) in [
+    for (name, function, binary, scenarios) in [
         (
-            "ephemeral-key",
+            catalog::EPHEMERAL_KEY.name,
+            &session,
             &binaries.ephemeral_key,
-            session_env,
             &session_scenarios,
         ),
         (
-            "transfer",
+            catalog::TRANSFER.name,
+            &stack.transfer,
             &binaries.transfer,
-            transfer_env,
             &transfer_scenarios,
         ),
     ] {
-        let log = logs.join(format!("tollgate-bench-{name}-{}.log", std::process::id()));
         let size = std::fs::metadata(binary)
             .map_err(BenchError::io(binary.display()))?
             .len();
-        let function = Function::start(spec(name, binary, env, log), 0).await?;
         println!("part 3: {name}: {COLD_STARTS} cold starts");
         // Each function's first scenario is its typical request.
         let cold = &scenarios[0];
@@ -267,7 +200,7 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
             let t = Instant::now();
             let pid = function.spawn_instance().await?;
             init_ms.push(ms(t.elapsed()));
-            first_ms.push(invoke(&function, cold, usize::MAX - i).await?);
+            first_ms.push(invoke(function, cold, usize::MAX - i).await?);
             cold_peak_kb = cold_peak_kb.max(peak_kb(pid)?);
             function.kill(pid).await?;
         }
@@ -276,11 +209,11 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         let mut warm = Vec::new();
         for scenario in scenarios {
             for i in 0..WARMUP {
-                invoke(&function, scenario, 1_000_000 + i).await?;
+                invoke(function, scenario, 1_000_000 + i).await?;
             }
             let mut lat = Vec::with_capacity(n);
             for i in 0..n {
-                lat.push(invoke(&function, scenario, i).await?);
+                lat.push(invoke(function, scenario, i).await?);
             }
             warm.push((scenario.name, Quantiles::of(&lat)));
         }
@@ -302,14 +235,14 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
             peak_mib: mib(peak_kb),
         });
     }
+    stack.stop(false).await;
     Ok(Figures {
         profile: binaries.profile.clone(),
         target: format!("{}-unknown-linux-gnu", std::env::consts::ARCH),
         cold_starts: COLD_STARTS,
         warmup: WARMUP,
         n,
-        session_limits: SESSION_LIMITS,
-        transfer_limits: TRANSFER_LIMITS,
+        limits: limits(),
         memory_goal_mb: MEMORY_GOAL_MB,
         functions,
     })

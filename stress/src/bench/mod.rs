@@ -171,8 +171,8 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
     let bin_dir = global.bin_dir()?;
     let bins = binaries::Binaries {
         dir: bin_dir.clone(),
-        ephemeral_key: bin_dir.join("ephemeral-key"),
-        transfer: bin_dir.join("transfer"),
+        ephemeral_key: bin_dir.join(tollgate::catalog::EPHEMERAL_KEY.name),
+        transfer: bin_dir.join(tollgate::catalog::TRANSFER.name),
         profile: o.functions_profile().into(),
     };
     if parts.contains(&3) {

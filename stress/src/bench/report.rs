@@ -56,7 +56,7 @@ pub struct Figures {
 impl Figures {
     pub fn new(o: &Options, parts: &BTreeSet<u8>) -> Self {
         let mut machine = machine();
-        machine.push(("rustc".into(), first_line(Command::new("rustc").arg("-V"))));
+        machine.push(("rustc".into(), version(Command::new("rustc").arg("-V"))));
         Self {
             date: now_utc(),
             command: o.command(),
@@ -98,24 +98,16 @@ fn now_utc() -> String {
     format!("{} {} UTC", &stamp[..10], &stamp[11..16])
 }
 
-/// The first line a command prints (on stdout, else stderr, as `java -version` does).
-pub fn first_line(cmd: &mut Command) -> String {
-    match cmd.output() {
-        Ok(out) => {
-            let text = if out.stdout.is_empty() {
-                out.stderr
-            } else {
-                out.stdout
-            };
-            String::from_utf8_lossy(&text)
-                .lines()
-                .next()
-                .unwrap_or("unknown")
-                .trim()
-                .to_string()
-        }
-        Err(_) => "unknown".into(),
-    }
+/// The first line `cmd` prints on stdout, for a version string, or "unknown". `rustc -V`,
+/// `python3 --version` and `schemathesis --version` all print there; the one tool that writes
+/// its version to stderr, Java, is xtask's to ask (it passes `--java`).
+pub fn version(cmd: &mut Command) -> String {
+    cmd.output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.lines().next().map(|l| l.trim().to_string()))
+        .filter(|line| !line.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// CPUs, model, memory, kernel, from `/proc`.

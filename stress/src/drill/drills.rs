@@ -12,6 +12,7 @@ use tollgate::ratelimit::{Layer, RateLimits};
 use tollgate_tests::fault_proxy::FaultProxy;
 
 use crate::lambda::Function;
+use crate::limits;
 
 /// DynamoDB operations the functions use (the proxy counts by `x-amz-target`).
 const OPERATIONS: [&str; 8] = [
@@ -32,8 +33,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Settings {
     pub short: bool,
     pub origin_secret: String,
-    pub session_limits: String,
-    pub transfer_limits: String,
+    pub limits: limits::Limits,
 }
 
 /// The functions and what the drills need to call them as a client would.
@@ -712,8 +712,7 @@ impl Drill<'_> {
 pub struct Figures {
     pub violations: Vec<String>,
     short: bool,
-    session_limits: String,
-    transfer_limits: String,
+    limits: limits::Limits,
     concurrency: usize,
     on_s: String,
     total_s: String,
@@ -745,8 +744,8 @@ where
     Fut: std::future::Future<Output = Result<(), String>>,
 {
     let started = Instant::now();
-    let session = RateLimits::parse(&st.session_limits).expect("session limits");
-    let transfer = RateLimits::parse(&st.transfer_limits).expect("transfer limits");
+    let session = RateLimits::parse(&st.limits.session).expect("session limits");
+    let transfer = RateLimits::parse(&st.limits.transfer).expect("transfer limits");
     let ip = session.get(Layer::Ip).expect("session ip layer");
     let limits = Limits {
         window_ms: ip.window_secs() * 1000,
@@ -806,8 +805,7 @@ fn figures(st: &Settings, d: Drill<'_>, on_time: Duration, total: Duration) -> F
     let client_cost = client_cost("cache on").zip(client_cost("cache off"));
     Figures {
         short: st.short,
-        session_limits: st.session_limits.clone(),
-        transfer_limits: st.transfer_limits.clone(),
+        limits: st.limits.clone(),
         concurrency: CONCURRENCY,
         on_s: format!("{:.1}", on_time.as_secs_f64()),
         total_s: format!("{:.1}", total.as_secs_f64()),

@@ -14,13 +14,8 @@
 mod drills;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use secrecy::ExposeSecret;
-use tollgate::clock::SystemClock;
-use tollgate::config::Env;
-use tollgate::serve::Function as _;
-
+use crate::limits::Limits;
 use crate::stack::{self, random_hex, Stack};
 use crate::Global;
 
@@ -55,45 +50,33 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     let settings = drills::Settings {
         short: o.short,
         origin_secret: random_hex(16)?,
-        session_limits: format!("ip=5/{window}s,global=100000/1d"),
-        transfer_limits: format!("ip=20/{window}s,client=5/{window}s"),
+        limits: Limits::new(
+            format!("ip=5/{window}s,global=100000/1d"),
+            format!("ip=20/{window}s,client=5/{window}s"),
+        ),
     };
+    let mut env = vec![
+        ("CLIENT_IP_SOURCE".into(), "cloudfront".into()),
+        (
+            "ORIGIN_VERIFY_SECRET".into(),
+            settings.origin_secret.clone(),
+        ),
+        ("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()),
+    ];
+    env.extend(settings.limits.env());
     let stack = Stack::start(stack::Options {
         bin_dir: &global.bin_dir()?,
         transfer_instances: 1,
-        session: true,
-        env: vec![
-            ("CLIENT_IP_SOURCE".into(), "cloudfront".into()),
-            (
-                "ORIGIN_VERIFY_SECRET".into(),
-                settings.origin_secret.clone(),
-            ),
-            (
-                "SESSION_RATE_LIMITS".into(),
-                settings.session_limits.clone(),
-            ),
-            (
-                "TRANSFER_RATE_LIMITS".into(),
-                settings.transfer_limits.clone(),
-            ),
-            ("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()),
-        ],
+        session_instances: Some(1),
+        fault_proxy: true,
+        env,
         name: "drill",
     })
     .await?;
 
     // The demo client and its account, written directly with the function's own stores.
-    let app = transfer::App::from_env(
-        &Env::from_pairs(stack.tables.env_pairs()),
-        stack.ddb.clone(),
-        None,
-        Arc::new(SystemClock),
-    )?;
-    let client = app.clients.create("drill-demo").await?;
-    let account = app
-        .ledger
-        .create_account(&client.client_id, 100_000, "JPY")
-        .await?;
+    let demo = stack.seed("drill-demo", &[100_000]).await?;
+    let proxy = stack.proxy.clone().ok_or("the stack has no fault proxy")?;
     let session = stack
         .ephemeral_key
         .clone()
@@ -102,8 +85,8 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
         session: session.clone(),
         transfer: stack.transfer.clone(),
         internal_token: stack.internal_token.clone(),
-        demo_token: client.token.expose_secret().to_string(),
-        demo_account: account.account_id,
+        demo_token: demo.token,
+        demo_account: demo.accounts[0].clone(),
     };
     let restart = || async {
         let off = [("RATE_LIMIT_BLOCK_CACHE_SIZE".to_string(), "0".to_string())];
@@ -114,19 +97,14 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
             .map_err(|e| e.to_string())?;
         session.restart(&off).await.map_err(|e| e.to_string())
     };
-    let figures = drills::run(&settings, &target, &stack.proxy, restart).await;
+    let figures = drills::run(&settings, &target, &proxy, restart).await;
 
-    let report = crate::report::render(
+    crate::report::publish(
         "drill.md",
         include_str!("../../templates/drill.md"),
         &figures,
+        o.report.as_deref(),
     )?;
-    println!("{report}");
-    if let Some(path) = &o.report {
-        std::fs::write(path, &report)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("report written to {}", path.display());
-    }
     let violations = figures.violations.len();
     stack.stop(violations > 0).await;
     if violations > 0 {

@@ -121,7 +121,10 @@ pub async fn day(o: &Options, stack: &Stack) -> Figures {
     let setup_time = setup_started.elapsed();
 
     // The day.
-    let proxy = &stack.proxy;
+    let proxy = stack
+        .proxy
+        .as_ref()
+        .expect("the replay's stack has the fault proxy");
     let traffic = Arc::new(Traffic::new(
         stack.transfer.clone(),
         clients.iter().map(|(_, t)| t.clone()).collect(),

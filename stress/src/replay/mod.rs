@@ -79,10 +79,11 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     let stack = Stack::start(stack::Options {
         bin_dir: &global.bin_dir()?,
         transfer_instances: o.instances as usize,
-        session: false,
+        session_instances: None,
+        fault_proxy: true,
         // The replay tests transfers, not limits.
         env: vec![(
-            "TRANSFER_RATE_LIMITS".into(),
+            tollgate::catalog::TRANSFER.limits_variable.into(),
             "ip=10000000/1m,client=10000000/1m".into(),
         )],
         name: "replay",
@@ -90,17 +91,12 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     .await?;
     let figures = day::day(&o, &stack).await;
     let violations = figures.violations;
-    let report = crate::report::render(
+    crate::report::publish(
         "replay.md",
         include_str!("../../templates/replay.md"),
         &figures,
+        o.report.as_deref(),
     )?;
-    println!("{report}");
-    if let Some(path) = &o.report {
-        std::fs::write(path, &report)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("report written to {}", path.display());
-    }
     stack.stop(violations > 0).await;
     if violations > 0 {
         return Err(

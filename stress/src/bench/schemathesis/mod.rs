@@ -43,8 +43,9 @@ use serde::Serialize;
 use self::findings::{schema_failures, Caller, Credential, Finding, Outcome, SCHEMA_CHECKS};
 use self::record::{Event, Summary};
 use super::binaries::Binaries;
-use super::report::first_line;
+use super::report::version;
 use super::{workspace_root, BenchError};
+use crate::limits::Limits;
 
 /// Test cases per operation and phase: about a minute for all three runs on 2 cores.
 const MAX_EXAMPLES: u32 = 100;
@@ -52,8 +53,12 @@ const MAX_EXAMPLES: u32 = 100;
 const SEED: u64 = 20_251_201;
 
 /// The limits the functions run with here (see the module docs).
-const SESSION_RATE_LIMITS: &str = "ip=100000/1h,global=100000/1d";
-const TRANSFER_RATE_LIMITS: &str = "ip=100000/1m,client=100000/1m";
+fn limits() -> Limits {
+    Limits::new(
+        "ip=100000/1h,global=100000/1d",
+        "ip=100000/1m,client=100000/1m",
+    )
+}
 
 /// Variables Schemathesis' config files read the credentials from.
 const BEARER_VAR: &str = "TOLLGATE_BENCH_BEARER";
@@ -161,8 +166,7 @@ pub struct Schemathesis {
     pub functions_profile: String,
     pub max_examples: u32,
     pub seed: u64,
-    pub session_rate_limits: &'static str,
-    pub transfer_rate_limits: &'static str,
+    pub limits: Limits,
     pub generated: u64,
     pub calls: u64,
     pub seconds: f64,
@@ -190,9 +194,9 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
             )));
         }
     }
-    let python = first_line(Command::new(cli.with_file_name("python3")).arg("--version"));
-    let version = first_line(Command::new(cli).arg("--version"));
-    let version = version
+    let python = version(Command::new(cli.with_file_name("python3")).arg("--version"));
+    let reported = version(Command::new(cli).arg("--version"));
+    let version = reported
         .rsplit(' ')
         .next()
         .unwrap_or("unknown")
@@ -204,11 +208,8 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(BenchError::io(dir.display()))?;
 
-    let env = vec![
-        ("RUST_LOG".into(), "info".into()),
-        ("SESSION_RATE_LIMITS".into(), SESSION_RATE_LIMITS.into()),
-        ("TRANSFER_RATE_LIMITS".into(), TRANSFER_RATE_LIMITS.into()),
-    ];
+    let mut env = vec![("RUST_LOG".into(), "info".into())];
+    env.extend(limits().env());
     let stack = stack::Functions::start(binaries, env).await?;
     let hook = dir.join("demo_accounts.py");
     std::fs::write(&hook, hook_source(&stack.accounts[0], &stack.accounts[1]))
@@ -586,8 +587,7 @@ fn summarise(
         functions_profile: profile,
         max_examples: MAX_EXAMPLES,
         seed: SEED,
-        session_rate_limits: SESSION_RATE_LIMITS,
-        transfer_rate_limits: TRANSFER_RATE_LIMITS,
+        limits: limits(),
         generated: outcomes.iter().map(|o| o.generated).sum(),
         calls: outcomes.iter().map(|o| o.calls).sum(),
         seconds: outcomes.iter().map(|o| o.seconds).sum(),

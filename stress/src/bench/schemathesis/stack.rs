@@ -4,13 +4,6 @@
 //! own stores, and the HTTP front serving each function at `/lambda-url/<function>` (the paths
 //! `cargo xtask dev` serves them at).
 
-use std::sync::Arc;
-
-use secrecy::ExposeSecret;
-use tollgate::clock::{SharedClock, SystemClock};
-use tollgate::config::Env;
-use tollgate::serve::Function as _;
-
 use super::super::binaries::Binaries;
 use super::BenchError;
 use crate::lambda::Front;
@@ -39,26 +32,17 @@ impl Functions {
         let stack = Stack::start(stack::Options {
             bin_dir: &binaries.dir,
             transfer_instances: 1,
-            session: true,
+            session_instances: Some(1),
+            fault_proxy: true,
             env,
             name: "bench",
         })
         .await
         .map_err(|e| setup(&e))?;
-        let clock: SharedClock = Arc::new(SystemClock);
-        let env = Env::from_pairs(stack.tables.env_pairs());
-        let app =
-            transfer::App::from_env(&env, stack.ddb.clone(), None, clock).map_err(|e| setup(&e))?;
-        let client = app.clients.create("bench").await.map_err(|e| setup(&e))?;
-        let mut accounts = Vec::new();
-        for balance in [PAYER_BALANCE, 0] {
-            let account = app
-                .ledger
-                .create_account(&client.client_id, balance, "JPY")
-                .await
-                .map_err(|e| setup(&e))?;
-            accounts.push(account.account_id);
-        }
+        let seeded = stack
+            .seed("bench", &[PAYER_BALANCE, 0])
+            .await
+            .map_err(|e| setup(&e))?;
         let session = stack
             .ephemeral_key
             .clone()
@@ -73,9 +57,9 @@ impl Functions {
         Ok(Self {
             session_url: format!("{url}/lambda-url/ephemeral-key"),
             transfer_url: format!("{url}/lambda-url/transfer"),
-            token: client.token.expose_secret().to_string(),
+            token: seeded.token,
             internal_token: stack.internal_token.clone(),
-            accounts: [accounts[0].clone(), accounts[1].clone()],
+            accounts: [seeded.accounts[0].clone(), seeded.accounts[1].clone()],
             stack,
             _front: front,
         })
