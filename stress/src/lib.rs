@@ -27,6 +27,12 @@ pub mod replay;
 pub mod report;
 pub mod stack;
 
+/// The workspace this binary was built from: where `openapi.yaml`, the Powertools script and
+/// `docs/` (the reports' default homes) are.
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
 use clap::{Parser, Subcommand};
 
 /// The harness's command line (`cargo xtask replay|drill|bench` pass their arguments here).

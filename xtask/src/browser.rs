@@ -47,14 +47,14 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
     let chromium = setup::chromium()?;
     let cli = dev::build_cli()?;
     let limits = (
-        dev::catalog(&cli)?.session()?.limits_variable.clone(),
+        tollgate_catalog::EPHEMERAL_KEY.limits_variable,
         SESSION_LIMITS,
     );
     let mut env: Vec<_> = STACK_ENV
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    env.push((limits.0.clone(), limits.1.to_string()));
+    env.push((limits.0.to_string(), limits.1.to_string()));
     dev::with_private_stack(tools, "browser", env, |stack| {
         let mut cmd = Command::new("node");
         cmd.args(["--test", "--test-concurrency=1"])
@@ -64,7 +64,7 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
             .env("TOLLGATE_STACK_FILE", &stack.stack_file)
             .env("TOLLGATE_CLI", &cli)
             // The CLI resolves a layer's limit from the same variable the function reads.
-            .env(&limits.0, limits.1);
+            .env(limits.0, limits.1);
         if let Some(dir) = screenshots {
             fs::create_dir_all(dir)?;
             cmd.env("SCREENSHOT_DIR", dir);

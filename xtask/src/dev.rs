@@ -26,8 +26,8 @@
 //!   `INTERNAL_TOKEN`, table names, limits, `OPENAI_*`, …); only unset ones
 //!   get dev defaults. The exceptions are the stack's own wiring, which is
 //!   always ours: `DYNAMODB_ENDPOINT` (our DynamoDB Local) and dummy AWS
-//!   credentials (real ones are never sent anywhere, not even to a local
-//!   port), with the instance-metadata lookup off.
+//!   credentials and region (real ones are never sent anywhere, not even to
+//!   a local port), with the instance-metadata lookup off.
 //! - `--persist DIR` keeps DynamoDB's data in DIR and the demo credentials
 //!   beside it (`DIR/tollgate-demo.json`): tokens are stored hashed, so the
 //!   demo token can only be shown again if we keep it. Next start with the
@@ -36,7 +36,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread::sleep;
@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tollgate_catalog::{self as catalog, Function};
 
 use crate::dynamodb_local::{self, DynamoDbLocal, Storage};
 use crate::lock::Lock;
@@ -107,40 +108,6 @@ pub struct Options {
     pub function_env: Vec<(String, String)>,
 }
 
-/// What `tollgate --json catalog` prints (the part read here): the functions' names, routes and
-/// limit variables are written once, in `shared/src/catalog.rs`, and xtask asks for them.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Catalog {
-    pub functions: Vec<Function>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Function {
-    /// The package, binary and `cargo lambda watch` name.
-    pub name: String,
-    /// The idempotent route, e.g. `POST /session`.
-    pub route: String,
-    pub limits_variable: String,
-}
-
-impl Catalog {
-    /// The function serving `path` (`/session` or `/transfers`, routes of the contract).
-    fn serving(&self, path: &str) -> Result<&Function> {
-        let found = self.functions.iter().find(|f| f.route.ends_with(path));
-        found.ok_or_else(|| format!("`tollgate catalog` lists no function for {path}").into())
-    }
-
-    /// The function minting sessions (`POST /session`).
-    pub fn session(&self) -> Result<&Function> {
-        self.serving("/session")
-    }
-
-    /// The function moving money (`POST /transfers`).
-    pub fn transfer(&self) -> Result<&Function> {
-        self.serving("/transfers")
-    }
-}
-
 /// The demo client and its accounts (payer first); also the demo file of `--persist`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Demo {
@@ -194,7 +161,6 @@ struct Account {
 /// the page's server, then DynamoDB Local) and removes the stack file.
 pub struct Stack {
     pub info: StackFile,
-    pub catalog: Catalog,
     pub stack_file: PathBuf,
     pub functions_log: PathBuf,
     functions: Option<processes::Tree>,
@@ -218,7 +184,6 @@ pub fn lock(state_dir: &Path) -> Result<Lock> {
 /// is written. Takes the lock unless the caller already holds it.
 pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack> {
     signal::install();
-    processes::become_subreaper();
     fs::create_dir_all(&opts.state_dir)?;
     let state_dir = std::path::absolute(&opts.state_dir)?;
     let lock = match lock {
@@ -257,17 +222,18 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
 
     step("build");
     let cli = build_cli()?;
-    stack.catalog = catalog(&cli)?;
     let url = |f: &Function| format!("http://127.0.0.1:{invoke_port}/lambda-url/{}", f.name);
-    stack.info.ephemeral_key_url = url(stack.catalog.session()?);
-    stack.info.transfer_url = url(stack.catalog.transfer()?);
-    for function in &stack.catalog.functions {
-        util::run(util::cargo().args(["build", "--bin", &function.name]))?;
+    stack.info.ephemeral_key_url = url(&catalog::EPHEMERAL_KEY);
+    stack.info.transfer_url = url(&catalog::TRANSFER);
+    for function in catalog::FUNCTIONS {
+        util::run(util::cargo().args(["build", "--bin", function.name]))?;
         interrupted()?;
     }
 
-    let mut env: Env = Default::default();
-    env.stack_wiring(&stack.info.dynamodb_endpoint);
+    let mut env = Env {
+        endpoint: stack.info.dynamodb_endpoint.clone(),
+        ..Env::default()
+    };
     env.unless_set("RUST_LOG", "info");
     stack.info.internal_token = env.internal_token()?;
 
@@ -290,7 +256,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     ));
 
     step("page and openai");
-    let real_openai = env.user_has("OPENAI_API_KEY") || env.user_has("OPENAI_API_KEY_PARAM");
+    let real_openai = user("OPENAI_API_KEY").is_some() || user("OPENAI_API_KEY_PARAM").is_some();
     stack.web = Some(start_web(
         tools,
         invoke_port,
@@ -359,7 +325,6 @@ impl Stack {
     fn new(stack_file: PathBuf, functions_log: PathBuf, lock: Option<Lock>) -> Stack {
         Stack {
             info: StackFile::default(),
-            catalog: Catalog::default(),
             stack_file,
             functions_log,
             functions: None,
@@ -376,10 +341,10 @@ impl Stack {
     /// for its kill switch (no paid call to the real OpenAI at start).
     fn wait_ready(&mut self) -> Result {
         let deadline = Instant::now() + READY_TIMEOUT;
-        let (info, catalog) = (self.info.clone(), self.catalog.clone());
+        let info = self.info.clone();
         let bearer = format!("Bearer {}", info.demo.token);
         let balance = format!("{}/accounts/{}", info.transfer_url, info.demo.accounts[0]);
-        self.wait_for(&catalog.transfer()?.name, deadline, || {
+        self.wait_for(catalog::TRANSFER.name, deadline, || {
             let headers = [("Authorization", bearer.as_str())];
             util::request("GET", &balance, &headers, None, PROBE_TIMEOUT)
         })?;
@@ -391,7 +356,7 @@ impl Stack {
             false => ("GET", "/internal/kill-switch", None),
         };
         let url = format!("{}{path}", info.ephemeral_key_url);
-        self.wait_for(&catalog.session()?.name, deadline, || {
+        self.wait_for(catalog::EPHEMERAL_KEY.name, deadline, || {
             util::request(method, &url, &headers, body, PROBE_TIMEOUT)
         })
     }
@@ -463,9 +428,7 @@ impl Stack {
         {
             tree.stop(STOP_GRACE);
         }
-        if let Some(mut ddb) = self.ddb.take() {
-            ddb.stop();
-        }
+        drop(self.ddb.take());
         drop(self.lock.take());
     }
 }
@@ -492,7 +455,8 @@ pub fn with_private_stack(
     let runs = util::cache_dir()?.join(name);
     for dir in fs::read_dir(&runs).into_iter().flatten().flatten() {
         let dir = dir.path();
-        if dir.is_dir() && !crate::lock::is_held(&dir.join("dev.lock")) {
+        // A directory whose lock is free belongs to a run that has ended.
+        if dir.is_dir() && Lock::acquire(&dir.join("dev.lock"), "a test stack").is_ok() {
             let _ = fs::remove_dir_all(&dir);
         }
     }
@@ -602,11 +566,6 @@ pub fn build_cli() -> Result<PathBuf> {
     Ok(bins.remove(0))
 }
 
-/// `tollgate catalog`: the functions as the library names them.
-pub fn catalog(cli: &Path) -> Result<Catalog> {
-    cli_json(cli, &Env::default(), &["catalog"])
-}
-
 /// Runs the CLI with `env` from the workspace root;
 /// returns its stdout, or an error with its stderr.
 fn run_cli(cli: &Path, env: &Env, args: &[&str]) -> Result<String> {
@@ -704,25 +663,25 @@ fn write_private(path: &Path, text: &str) -> Result {
     Ok(())
 }
 
-/// The environment for the CLI and the functions: the user's, plus the
-/// stack's wiring and dev defaults for what the user left unset.
+/// The environment for the CLI and the functions: the user's, plus the stack's wiring (always
+/// ours: [`util::local_aws`] with our DynamoDB Local, dummy credentials and region) and dev
+/// defaults for what the user left unset.
 #[derive(Default)]
 struct Env {
+    /// Our DynamoDB Local.
+    endpoint: String,
     set: BTreeMap<String, String>,
-    remove: Vec<&'static str>,
+}
+
+/// The user's value of `key`; empty counts as unset, as the functions read it.
+fn user(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty())
 }
 
 impl Env {
-    /// Whether the user set `key` (empty counts as unset, as the functions
-    /// read it).
-    fn user_has(&self, key: &str) -> bool {
-        std::env::var(key).is_ok_and(|v| !v.trim().is_empty())
-    }
-
     /// The value the children will see.
     fn get(&self, key: &str) -> Option<String> {
-        let user = || std::env::var(key).ok().filter(|v| !v.trim().is_empty());
-        self.set.get(key).cloned().or_else(user)
+        self.set.get(key).cloned().or_else(|| user(key))
     }
 
     fn set(&mut self, key: &str, value: &str) {
@@ -731,42 +690,29 @@ impl Env {
 
     /// Sets `key` unless the user did.
     fn unless_set(&mut self, key: &str, value: &str) {
-        if !self.user_has(key) {
+        if user(key).is_none() {
             self.set(key, value);
         }
-    }
-
-    /// What always points at this stack: our DynamoDB Local, with dummy
-    /// credentials ([`util::DUMMY_AWS`]; the region only if the user set none).
-    fn stack_wiring(&mut self, endpoint: &str) {
-        self.set("DYNAMODB_ENDPOINT", endpoint);
-        self.set("AWS_ENDPOINT_URL_DYNAMODB", endpoint);
-        for (key, value) in util::DUMMY_AWS {
-            match key {
-                "AWS_REGION" => self.unless_set(key, value),
-                _ => self.set(key, value),
-            }
-        }
-        self.remove.extend(util::REAL_AWS);
     }
 
     /// The user's `INTERNAL_TOKEN`, or a fresh random one for this run;
     /// `None` if the user keeps it in SSM.
     fn internal_token(&mut self) -> Result<Option<String>> {
-        if self.user_has("INTERNAL_TOKEN") {
-            return Ok(std::env::var("INTERNAL_TOKEN").ok());
+        if user("INTERNAL_TOKEN").is_some() || user("INTERNAL_TOKEN_PARAM").is_some() {
+            return Ok(user("INTERNAL_TOKEN"));
         }
-        if self.user_has("INTERNAL_TOKEN_PARAM") {
-            return Ok(None);
-        }
-        let token = format!("dev-{}", util::random_hex(16)?);
+        // From the OS's generator only: a token made of the clock and pid could be guessed.
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| format!("no OS randomness for a token: {e}"))?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let token = format!("dev-{hex}");
         self.set("INTERNAL_TOKEN", &token);
         Ok(Some(token))
     }
 
     fn apply(&self, cmd: &mut Command) {
-        for key in &self.remove {
-            cmd.env_remove(key);
+        if !self.endpoint.is_empty() {
+            util::local_aws(cmd, &self.endpoint);
         }
         cmd.envs(&self.set);
     }
@@ -778,35 +724,38 @@ impl Env {
 /// (see [`echo_worthy`]). [`run`]'s wait loop pumps it, so it falls silent before the stack
 /// stops and cargo-lambda's shutdown chatter stays in the log.
 struct Echo {
-    reader: BufReader<fs::File>,
-    /// A line is shown once it is whole; a half-written one waits here for its end.
-    line: Vec<u8>,
+    log: PathBuf,
+    /// Where the next line starts: a half-written line is left for the next call.
+    offset: u64,
 }
 
 impl Echo {
     fn open(log: &Path) -> Result<Echo> {
-        let mut file = fs::File::open(log)?;
-        file.seek(SeekFrom::End(0))?;
-        let reader = BufReader::new(file);
+        let offset = fs::metadata(log)?.len();
         Ok(Echo {
-            reader,
-            line: Vec::new(),
+            log: log.into(),
+            offset,
         })
     }
 
     /// Shows the whole lines written since the last call.
     fn pump(&mut self) {
-        while self
-            .reader
-            .read_until(b'\n', &mut self.line)
-            .is_ok_and(|n| n > 0)
-        {
-            if !self.line.ends_with(b"\n") {
-                return;
-            }
-            let text = String::from_utf8_lossy(&self.line);
-            echo_worthy(text.trim_end()).inspect(|shown| eprintln!("{shown}"));
-            self.line.clear();
+        let mut text = Vec::new();
+        let read = fs::File::open(&self.log).and_then(|mut file| {
+            file.seek(SeekFrom::Start(self.offset))?;
+            file.read_to_end(&mut text)
+        });
+        let whole = text
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |end| end + 1);
+        if read.is_ok() && whole > 0 {
+            self.offset += whole as u64;
+            let lines = String::from_utf8_lossy(&text[..whole]);
+            lines
+                .lines()
+                .filter_map(echo_worthy)
+                .for_each(|l| eprintln!("{l}"));
         }
     }
 }
@@ -825,17 +774,15 @@ fn echo_worthy(line: &str) -> Option<String> {
         "propagating graceful exit",
     ];
     const MAX: usize = 400;
+    let line = line.trim_end();
     if line.is_empty() || NOISE.iter().any(|n| line.contains(n)) {
         return None;
     }
     if line.len() <= MAX {
         return Some(line.to_string());
     }
-    let cut = (0..=MAX)
-        .rev()
-        .find(|&i| line.is_char_boundary(i))
-        .unwrap_or(0);
-    Some(format!("{}…", &line[..cut]))
+    let cut = (0..=MAX).rev().find(|&i| line.is_char_boundary(i));
+    Some(format!("{}…", &line[..cut.unwrap_or(0)]))
 }
 
 /// Quotes a value for a POSIX shell (`shlex`); the values quoted here (URLs, tokens, ids,
@@ -846,72 +793,27 @@ pub fn sh(value: &str) -> String {
         .into_owned()
 }
 
-/// The ready-to-paste commands: [`BANNER`] with its `{{name}}`s filled in.
+/// The ready-to-paste commands: [`BANNER`] rendered (minijinja) with the stack's facts; `sh`
+/// quotes a value for the shell, `label` pads `name:` so the URLs line up.
 fn banner(stack: &Stack) -> Result<String> {
-    let (info, session) = (&stack.info, stack.catalog.session()?);
-    // `name:` padded so the URLs line up with the lines below them.
-    let label = |f: &Function| format!("{:<16}", format!("{}:", f.name));
-    let (ek, demo) = (&info.ephemeral_key_url, &info.demo);
-    let auth = sh(&format!("Authorization: Bearer {}", demo.token));
-    let key = sh(&format!("Idempotency-Key: demo-{}", util::unix_now()));
+    let (info, session) = (&stack.info, catalog::EPHEMERAL_KEY);
+    let demo = &info.demo;
     let body = serde_json::json!({"from": demo.accounts[0], "to": demo.accounts[1], "amount": 2500, "memo": "demo"});
-    let transfer = format!(
-        "curl -sS -i -X POST {}/transfers -H {auth} -H {key} -H 'Content-Type: application/json' -d {}",
-        info.transfer_url,
-        sh(&body.to_string())
-    );
-    let kill_switch_api = match &info.internal_token {
-        Some(token) => format!(
-            "# or through the API, with the internal token\ncurl -sS -X PUT {ek}/internal/kill-switch -H {} -H 'Content-Type: application/json' -d {}\n",
-            sh(&format!("X-Internal-Token: {token}")),
-            sh(&format!(r#"{{"function":"{}","enabled":false}}"#, session.name))
-        ),
-        None => String::new(),
+    let mut jinja = minijinja::Environment::new();
+    jinja.set_keep_trailing_newline(true);
+    jinja.set_trim_blocks(true);
+    jinja.add_filter("sh", |value: String| sh(&value));
+    jinja.add_filter("label", |name: String| {
+        format!("{:<16}", format!("{name}:"))
+    });
+    let context = minijinja::context! {
+        info, session, transfer => catalog::TRANSFER,
+        session_limits => user(session.limits_variable).unwrap_or(session.default_limits.into()),
+        body => body.to_string(), key => format!("demo-{}", util::unix_now()),
+        currency => DEMO_CURRENCY, stack_file => stack.stack_file,
+        env_file => env_file(&stack.stack_file), functions_log => stack.functions_log,
     };
-    let (page_calls, secrets) = match info.openai_stand_in {
-        true => (
-            "its calls end at the local stand-in, which echoes your microphone",
-            "FAKE secrets from the local OpenAI stand-in",
-        ),
-        false => (
-            "real Realtime calls, billed",
-            "REAL secrets from OpenAI, billed to your key",
-        ),
-    };
-    let internal_token = info.internal_token.as_deref();
-    let stack_file = &stack.stack_file;
-    let values = [
-        ("page_calls", page_calls.to_string()),
-        ("web_url", info.web_url.clone()),
-        ("secrets", secrets.to_string()),
-        ("ek", ek.clone()),
-        ("tr", info.transfer_url.clone()),
-        ("currency", DEMO_CURRENCY.to_string()),
-        ("transfer_curl", transfer),
-        ("from", demo.accounts[0].clone()),
-        ("auth", auth),
-        ("session_function", session.name.clone()),
-        ("session_limits", session.limits_variable.clone()),
-        ("session_label", label(session)),
-        ("transfer_label", label(stack.catalog.transfer()?)),
-        ("kill_switch_api", kill_switch_api),
-        ("dynamodb", info.dynamodb_endpoint.clone()),
-        (
-            "internal_token",
-            internal_token
-                .unwrap_or("from SSM (INTERNAL_TOKEN_PARAM)")
-                .into(),
-        ),
-        ("token", demo.token.clone()),
-        ("stack_file", stack_file.display().to_string()),
-        ("env_file", env_file(stack_file).display().to_string()),
-        ("functions_log", stack.functions_log.display().to_string()),
-    ];
-    Ok(values
-        .iter()
-        .fold(BANNER.to_string(), |text, (name, value)| {
-            text.replace(&format!("{{{{{name}}}}}"), value)
-        }))
+    Ok(jinja.render_str(BANNER, context)?)
 }
 
 /// `cargo xtask dev`.
@@ -1010,11 +912,6 @@ mod tests {
 
     #[test]
     fn banner_fills_every_value() {
-        let function = |name: &str, route: &str, limits_variable: &str| Function {
-            name: name.into(),
-            route: route.into(),
-            limits_variable: limits_variable.into(),
-        };
         let mut stack = Stack::new("/s/stack.json".into(), "/l".into(), None);
         stack.info = StackFile {
             ephemeral_key_url: "http://127.0.0.1:9/lambda-url/s".into(),
@@ -1027,10 +924,7 @@ mod tests {
             },
             ..StackFile::default()
         };
-        stack.catalog.functions = vec![
-            function("s", "POST /session", "S_LIMITS"),
-            function("t", "POST /transfers", "T_LIMITS"),
-        ];
+        let (session, transfer) = (catalog::EPHEMERAL_KEY, catalog::TRANSFER);
         let text = banner(&stack).unwrap();
         assert!(!text.contains("{{"), "{text}");
         assert!(text.contains("-H 'Authorization: Bearer tok en'"), "{text}");
@@ -1039,16 +933,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("-H 'X-Internal-Token: dev-1'"), "{text}");
+        let name = session.name;
+        let disable = format!(r#"-d '{{"function":"{name}","enabled":false}}'"#);
+        assert!(text.contains(&disable), "{text}");
         assert!(
-            text.contains(r#"-d '{"function":"s","enabled":false}'"#),
+            text.contains(&format!("kill-switch off --function {name}\n")),
             "{text}"
         );
-        assert!(text.contains("kill-switch off --function s\n"), "{text}");
-        assert!(text.contains("(S_LIMITS)"), "{text}");
-        assert!(
-            text.contains("\nt:              http://127.0.0.1:9/lambda-url/t\n"),
-            "{text}"
-        );
+        let limits = user(session.limits_variable).unwrap_or(session.default_limits.into());
+        let (route, variable) = (session.route, session.limits_variable);
+        let limited = format!("\n{route} is limited to {limits} ({variable}), ");
+        assert!(text.contains(&limited), "{text}");
+        let label = format!("{:<16}", format!("{}:", transfer.name));
+        let line = format!("\n{label}http://127.0.0.1:9/lambda-url/t\n");
+        assert!(text.contains(&line), "{text}");
         assert!(text.contains("source /s/env "), "{text}");
     }
 

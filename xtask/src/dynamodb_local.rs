@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use crate::util::{self, info, step, Result};
 use crate::{processes, setup, signal};
 
+/// DynamoDB Local 3 needs Java 17 or newer.
+const JAVA_HINT: &str = "DynamoDB Local needs Java 17 or newer: install it with `apt-get install openjdk-17-jre-headless`, or point JAVA_HOME at a JDK 17+";
+
 /// How long DynamoDB Local gets to answer before we give up. It usually
 /// takes 1–3 s; the margin is for a busy 2-core CI machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long a SIGTERMed DynamoDB Local may take before it is killed.
-const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// An unpacked DynamoDB Local distribution: the jar and the directory with
 /// its dependency jars and native SQLite libraries.
@@ -90,9 +90,9 @@ impl std::fmt::Display for Storage {
     }
 }
 
-/// A running DynamoDB Local. Dropping it stops the process (SIGTERM, then
-/// SIGKILL) and waits for it, so it cannot outlive the task that started it,
-/// whichever way that task ends.
+/// A running DynamoDB Local. Dropping it stops the process (its [`processes::Tree`]: SIGTERM
+/// first, so Java runs its shutdown hooks, which matters for an on-disk database, then SIGKILL)
+/// and waits for it, so it cannot outlive the task that started it, whichever way that task ends.
 #[derive(Debug)]
 pub struct DynamoDbLocal {
     /// `http://127.0.0.1:<port>`, the value for `DYNAMODB_ENDPOINT`.
@@ -135,7 +135,7 @@ pub fn start(
     let attempts = if port.is_some() { 1 } else { 3 };
     for attempt in 1..=attempts {
         let port = port.map_or_else(util::free_port, Ok)?;
-        let mut ddb = spawn(dist, storage, port, log)?;
+        let mut ddb = spawn(dist, storage, port, log).map_err(|e| format!("{e}. {JAVA_HINT}"))?;
         // A real `ListTables` request: an open port alone does not prove the database engine
         // (native SQLite libraries) loaded.
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -151,10 +151,17 @@ pub fn start(
             Some(Err(exited)) => exited,
             None => format!("did not answer within {}s", READY_TIMEOUT.as_secs()),
         };
+        // A Java older than DynamoDB Local's class files.
+        let old_java = fs::read_to_string(log).is_ok_and(|l| l.contains("UnsupportedClassVersion"));
         return Err(format!(
-            "DynamoDB Local {failure} (port {port}); last lines of {}:\n{}",
+            "DynamoDB Local {failure} (port {port}); last lines of {}:\n{}{}",
             log.display(),
-            util::tail(log, 20)
+            util::tail(log, 20),
+            if old_java {
+                format!("\n{JAVA_HINT}")
+            } else {
+                String::new()
+            }
         )
         .into());
     }
@@ -209,18 +216,6 @@ impl DynamoDbLocal {
     pub fn check_alive(&mut self) -> Result {
         self.java.check_alive(&self.log)
     }
-
-    /// Stops the process (SIGTERM first, so Java runs its shutdown hooks, which matters for an
-    /// on-disk database) and waits for it. Idempotent; also done on drop.
-    pub fn stop(&mut self) {
-        self.java.stop(STOP_TIMEOUT);
-    }
-}
-
-impl Drop for DynamoDbLocal {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// Sends an (unsigned but well-formed) `ListTables` request; true on HTTP 200.
@@ -269,6 +264,5 @@ pub fn run(args: Args) -> Result {
         sleep(Duration::from_millis(200));
     }
     info("stopping DynamoDB Local");
-    ddb.stop();
     Ok(())
 }

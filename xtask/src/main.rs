@@ -9,9 +9,8 @@
 //! checks and `screenshots`). Beneath them: [`processes`] (helper process trees that stop
 //! without leftovers), [`lock`] (one `dev` per state directory), [`signal`] (Ctrl-C recorded,
 //! not fatal) and [`util`] (paths, commands, probes). `replay`, `drill` and `bench` run the
-//! `tollgate-stress` harness ([`stress`]; the bench's Python venvs in [`bench_tools`]).
+//! `tollgate-stress` harness ([`stress`], with the bench's Python venvs).
 
-mod bench_tools;
 mod browser;
 mod dev;
 mod dynamodb_local;

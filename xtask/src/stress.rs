@@ -5,17 +5,17 @@
 //!
 //! Here: install the tools, build the function binaries and the harness (debug for replay
 //! and drill; for bench the functions in `release` and the harness in `bench-fast`, so the
-//! timings mean something, and the bench's Python tools from [`crate::bench_tools`]), start
+//! timings mean something, and the bench's Python tools from [`bench_args`]), start
 //! DynamoDB Local in memory, run `tollgate-stress <command> <arguments>` with
 //! `DYNAMODB_ENDPOINT` and dummy AWS credentials (as `cargo test` gets them), stop DynamoDB
-//! Local. The arguments are the harness's (`cargo xtask replay --help` shows its help); the
-//! one default added here is the full drill's report, `docs/drill.md`.
+//! Local. The arguments are the harness's (`cargo xtask replay --help` shows its help).
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::dynamodb_local::{self, Storage};
-use crate::setup::Tools;
+use crate::dynamodb_local::{self, Dist, Storage};
+use crate::setup::{self, Tools};
 use crate::util::{self, info, step, Result};
 
 /// What `cargo xtask test` replays: 2,000 requests over 200 accounts, one kill.
@@ -31,14 +31,7 @@ pub fn run(command: &str, args: &[String]) -> Result {
     }
     step("setup");
     let tools = crate::setup::all()?;
-    let mut args = args.to_vec();
-    let has = |flag: &str, args: &[String]| args.iter().any(|a| a == flag);
-    if command == "drill" && !has("--short", &args) && !has("--report", &args) {
-        args.push("--report".into());
-        let report = util::workspace_root().join("docs/drill.md");
-        args.push(report.display().to_string());
-    }
-    stress(&tools, command, &args)
+    stress(&tools, command, args)
 }
 
 /// Where the built binaries are.
@@ -49,8 +42,7 @@ struct Built {
 
 fn build<S: AsRef<std::ffi::OsStr>>(command: &str, run_args: &[S]) -> Result<Built> {
     step(&format!("{command}: build"));
-    let catalog = crate::dev::catalog(&crate::dev::build_cli()?)?;
-    let names: Vec<&str> = catalog.functions.iter().map(|f| f.name.as_str()).collect();
+    let names: Vec<&str> = tollgate_catalog::FUNCTIONS.iter().map(|f| f.name).collect();
     let packages: Vec<&str> = names.iter().flat_map(|name| ["-p", name]).collect();
     // The bench's functions as a deploy builds them (`release`), its driver optimised but
     // cheaper to build (`bench-fast`); `bench --debug` is a smoke run on debug builds.
@@ -89,7 +81,7 @@ pub fn stress<S: AsRef<std::ffi::OsStr>>(tools: &Tools, command: &str, args: &[S
     let log = util::cache_dir()?
         .join("logs")
         .join(format!("dynamodb-local-{command}.log"));
-    let mut ddb = dynamodb_local::start(&tools.dynamodb_local, &Storage::InMemory, None, &log)?;
+    let ddb = dynamodb_local::start(&tools.dynamodb_local, &Storage::InMemory, None, &log)?;
     info(format!("{} (log: {})", ddb.endpoint, ddb.log.display()));
 
     step(command);
@@ -99,10 +91,41 @@ pub fn stress<S: AsRef<std::ffi::OsStr>>(tools: &Tools, command: &str, args: &[S
         .arg(command)
         .args(args);
     if command == "bench" {
-        cmd.args(crate::bench_tools::stress_args(&tools.dynamodb_local)?);
+        cmd.args(bench_args(&tools.dynamodb_local)?);
     }
     util::local_aws(&mut cmd, &ddb.endpoint);
     let result = util::run(&mut cmd);
-    ddb.stop();
+    drop(ddb);
     result
+}
+
+/// Part 1's Python side (`bench/powertools_transfer.py`): AWS Lambda Powertools for Python
+/// and boto3; installed into `<cache>/bench-venv`.
+const POWERTOOLS: &[(&str, &str)] = &[("aws-lambda-powertools", "3.37.0"), ("boto3", "1.44.8")];
+
+/// Part 4's Schemathesis, the current release when that part was written (Python 3.10+);
+/// installed into `<cache>/schemathesis-venv`.
+const SCHEMATHESIS: &[(&str, &str)] = &[("schemathesis", "4.32.5")];
+
+/// Installs the bench's venvs, each its own under the cache dir so pins never clash (a marker
+/// check when they are current), and returns the options that tell `tollgate-stress bench`
+/// where they are and which DynamoDB Local and Java run (facts its report states).
+fn bench_args(dynamodb_local: &Dist) -> Result<Vec<OsString>> {
+    let venv = |name: &str, packages| setup::venv_with(&util::cache_dir()?.join(name), packages);
+    let python = venv("bench-venv", POWERTOOLS)?;
+    let schemathesis = venv("schemathesis-venv", SCHEMATHESIS)?.with_file_name("schemathesis");
+    let version = dynamodb_local
+        .version()
+        .unwrap_or_else(|e| format!("unknown ({e})"));
+    let java = util::first_line(Command::new(setup::java()).arg("-version"));
+    Ok(vec![
+        "--powertools-python".into(),
+        python.into(),
+        "--schemathesis".into(),
+        schemathesis.into(),
+        "--dynamodb-local".into(),
+        version.into(),
+        "--java".into(),
+        java.into(),
+    ])
 }

@@ -265,40 +265,10 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// `bytes` random bytes as lower-case hex, for tokens and ids that must not
-/// be guessable (the dev stack's internal token) or must not repeat across
-/// runs. From the OS's generator only: without it there is no honest
-/// substitute (a hash of the clock and pid can be guessed), so it is an error.
-pub fn random_hex(bytes: usize) -> Result<String> {
-    use std::io::Read;
-    let mut buf = vec![0u8; bytes];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map_err(|e| format!("could not read the OS random source (/dev/urandom): {e}"))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn random_hex_is_fresh_lower_case_hex_of_the_asked_length() {
-        let (a, b) = (
-            super::random_hex(16).unwrap(),
-            super::random_hex(16).unwrap(),
-        );
-        assert_eq!(a.len(), 32);
-        assert!(
-            a.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')),
-            "{a}"
-        );
-        assert_ne!(a, b);
-    }
 }

@@ -59,7 +59,7 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
                 .map(|t| (t, t.resolve(deps.env), def))
                 .ok_or_else(|| {
                     CliError::new(format!(
-                        "{}: no table name variable is known for {}; add it to shared/src/catalog.rs",
+                        "{}: no table name variable is known for {}; add it to shared/catalog/src/lib.rs",
                         path.display(),
                         def.logical_id
                     ))

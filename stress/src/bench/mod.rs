@@ -19,6 +19,8 @@ mod binaries;
 mod idempotency;
 mod limiter;
 mod report;
+
+use crate::workspace_root;
 mod schemathesis;
 mod stats;
 
@@ -27,12 +29,6 @@ use std::path::PathBuf;
 
 /// Warm-up calls before every measured phase (connections, caches), not measured.
 const WARMUP: usize = 20;
-
-/// The workspace this binary was built from: where `openapi.yaml`, the Powertools script and
-/// `docs/` are.
-fn workspace_root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
 
 /// What to bench (the options `cargo xtask bench` always had), and where the tools are.
 #[derive(Debug, Clone, clap::Args)]

@@ -37,8 +37,7 @@ pub struct Options {
     /// runs).
     #[arg(long)]
     pub short: bool,
-    /// Where to write the report (`cargo xtask drill` without --short writes docs/drill.md
-    /// unless told otherwise).
+    /// Where to write the report (default: docs/drill.md, unless --short)
     #[arg(long)]
     pub report: Option<PathBuf>,
 }
@@ -103,7 +102,9 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
         "drill.md",
         include_str!("../../templates/drill.md"),
         &figures,
-        o.report.as_deref(),
+        o.report
+            .or_else(|| (!o.short).then(|| crate::workspace_root().join("docs/drill.md")))
+            .as_deref(),
     )?;
     let violations = figures.violations.len();
     stack.stop(violations > 0).await;

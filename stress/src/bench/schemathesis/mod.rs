@@ -160,7 +160,7 @@ pub struct RunFinding {
 /// Part 4's figures.
 #[derive(Debug, Serialize)]
 pub struct Schemathesis {
-    /// `schemathesis --version`'s (the pin is `xtask/src/bench_tools.rs`'s).
+    /// `schemathesis --version`'s (the pin is in `xtask/src/stress.rs`).
     pub version: String,
     pub python: String,
     pub functions_profile: String,
