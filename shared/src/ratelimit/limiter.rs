@@ -1,46 +1,35 @@
-//! The DynamoDB side of the limiter: one conditional `UpdateItem` per layer.
+//! The limiter: the layers of one request counted in order, each in one counter item (or in
+//! one of its shards), with the block cache in front and the refunds behind.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
 use crate::clock::{SharedClock, UnixMillis};
 
 use super::block_cache::BlockCache;
+pub use super::counter::LimiterError;
+use super::counter::{Counter, Increment, Store};
 use super::decision::Decision;
+use super::sliding::{Slots, SLOTS};
 use super::spec::{Layer, RateLimit};
-
-const COUNT: &str = "count";
 
 /// How long a full key is remembered per process at most (`RATE_LIMIT_BLOCK_CACHE_SECONDS`).
 pub const DEFAULT_BLOCK_CACHE_MAX_AGE: Duration = Duration::from_secs(5);
-const EXPIRES_AT: &str = "expires_at";
 
-/// The limiter could not reach or use its table. The request is refused (fail closed: a spend
-/// cap that opens when DynamoDB is unwell is no cap).
-#[derive(Debug, thiserror::Error)]
-#[error("rate-limit store failed during {operation}")]
-pub struct LimiterError {
-    operation: &'static str,
-    #[source]
-    source: Box<dyn std::error::Error + Send + Sync>,
-}
+/// How many shards one request tries at most before it is refused. A sharded layer refuses a
+/// request only when this many shards (or every shard, when there are fewer) were full or known
+/// full, so with at most this many shards it never refuses while any shard has room; with more
+/// it may refuse with at most `(shards - SHARD_TRIES) × ⌈limit / shards⌉` units unused.
+pub const SHARD_TRIES: u32 = 8;
 
-impl LimiterError {
-    fn new(
-        operation: &'static str,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        Self {
-            operation,
-            source: Box::new(source),
-        }
-    }
-}
+/// How many previous windows' slots a process keeps (sliding layers): one entry per key and
+/// shard seen this window.
+const PREVIOUS_CAPACITY: usize = 10_000;
 
 /// One layer to check for one request: the limit and the identity it counts (`""` for global).
 #[derive(Debug, Clone, Copy)]
@@ -57,15 +46,23 @@ pub enum Verdict {
     Rejected(Decision),
 }
 
+/// A counter one request incremented.
+#[derive(Debug, Clone)]
+struct Counted {
+    pk: String,
+    /// The slot incremented, for a sliding layer.
+    slot: Option<usize>,
+    /// The end of the counter's window: a refund after it is not sent.
+    window_end_ms: UnixMillis,
+    decision: Decision,
+}
+
 /// What one request has consumed so far, across calls to [`RateLimiter::check`]: the counters to
 /// give back if the request is refused later, and the tightest decision for the response fields.
 #[derive(Debug, Default)]
 pub struct Admission {
-    counted: Vec<String>,
+    counted: Vec<Counted>,
     tightest: Option<Decision>,
-    /// The decision of each counter incremented, by key: which layer it belongs to, for
-    /// [`RateLimiter::refund_layer`].
-    decisions: Vec<(String, Decision)>,
 }
 
 impl Admission {
@@ -88,22 +85,14 @@ impl Admission {
     /// Moves the counters of `layer` into an admission of their own (to refund them), keeping
     /// the others; the tightest decision is then the tightest of those kept.
     fn split_off(&mut self, layer: Layer) -> Admission {
-        let layer_of = |pk: &String| {
-            self.decisions
-                .iter()
-                .find(|(counted, _)| counted == pk)
-                .map(|(_, d)| d.limit.layer())
-        };
-        let (taken, kept) = std::mem::take(&mut self.counted)
+        let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.counted)
             .into_iter()
-            .partition(|pk| layer_of(pk) == Some(layer));
-        self.counted = kept;
+            .partition(|c| c.decision.limit.layer() == layer);
         self.tightest = None;
-        for (pk, decision) in self.decisions.clone() {
-            if self.counted.contains(&pk) {
-                self.note(decision);
-            }
+        for c in &kept {
+            self.note(c.decision);
         }
+        self.counted = kept;
         Admission {
             counted: taken,
             ..Admission::default()
@@ -111,7 +100,8 @@ impl Admission {
     }
 }
 
-/// A counter as stored: how many requests its current window has admitted.
+/// A counter as stored: how many requests its window holds now (for a sliding layer, with what
+/// of the previous window is still inside; for a sharded one, summed over the shards).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Usage {
     pub count: u32,
@@ -119,14 +109,47 @@ pub struct Usage {
     pub window_ends_at: u64,
 }
 
-/// Fixed-window limiter over a DynamoDB table with a string partition key `pk`.
+/// The previous window's slots of the sliding counters this process has used, read once per
+/// key and window (a window that has ended no longer changes).
+#[derive(Debug, Default)]
+struct PreviousWindows(Mutex<HashMap<String, (Slots, UnixMillis)>>);
+
+impl PreviousWindows {
+    fn get(&self, pk: &str, now_ms: UnixMillis) -> Option<Slots> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(pk)
+            .filter(|(_, until)| *until > now_ms)
+            .map(|(s, _)| *s)
+    }
+
+    /// Keeps `slots` as `pk`'s until `until` (the end of the window reading them).
+    fn insert(&self, pk: String, slots: Slots, until: UnixMillis, now_ms: UnixMillis) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= PREVIOUS_CAPACITY {
+            map.retain(|_, (_, u)| *u > now_ms);
+            if map.len() >= PREVIOUS_CAPACITY {
+                map.clear();
+            }
+        }
+        map.insert(pk, (slots, until));
+    }
+
+    fn remove(&self, pk: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(pk);
+    }
+}
+
+/// The limiter over a DynamoDB table with a string partition key `pk`: fixed or sliding
+/// windows, each layer in one item or spread over shards.
 #[derive(Debug)]
 pub struct RateLimiter {
-    ddb: Client,
-    table: String,
+    store: Store,
     scope: String,
     clock: SharedClock,
     blocked: BlockCache,
+    previous: PreviousWindows,
+    /// Where the next sharded check starts, so a process spreads its writes evenly.
+    next_shard: AtomicU32,
 }
 
 impl RateLimiter {
@@ -140,11 +163,16 @@ impl RateLimiter {
         clock: SharedClock,
     ) -> Self {
         Self {
-            ddb,
-            table: table.into(),
+            store: Store {
+                ddb,
+                table: table.into(),
+            },
             scope: scope.into(),
             clock,
             blocked: BlockCache::new(0, DEFAULT_BLOCK_CACHE_MAX_AGE),
+            previous: PreviousWindows::default(),
+            // Processes start at different shards.
+            next_shard: AtomicU32::new(random_u32()),
         }
     }
 
@@ -154,25 +182,8 @@ impl RateLimiter {
         self
     }
 
-    /// The counter's key for the window holding `now_ms`. The window start is part of the key,
-    /// so a stale item from an ended window is never read as the current one, whether or not
-    /// DynamoDB's TTL has deleted it yet.
-    fn counter_key(
-        &self,
-        limit: &RateLimit,
-        key: &str,
-        now_ms: UnixMillis,
-    ) -> (String, UnixMillis) {
-        let (start, end) = limit.window_at(now_ms);
-        let pk = format!(
-            "{}#{}#{}#{}#{}",
-            self.scope,
-            limit.layer(),
-            limit.window_secs(),
-            key,
-            start / 1000
-        );
-        (pk, end)
+    fn counter(&self, limit: &RateLimit, key: &str, shard: u32, now_ms: UnixMillis) -> Counter {
+        Counter::new(&self.scope, limit, key, shard, now_ms)
     }
 
     /// Checks `checks` in order, counting this request in each. On the first full layer the
@@ -183,35 +194,24 @@ impl RateLimiter {
         checks: &[LimitCheck<'_>],
     ) -> Result<Verdict, LimiterError> {
         let now_ms = self.clock.now_ms();
-        let counters: Vec<_> = checks
-            .iter()
-            .map(|c| (c, self.counter_key(c.limit, c.key, now_ms)))
-            .collect();
-
-        // A key known to be full is refused before any write: a flood costs nothing.
-        if let Some(rejection) = counters
-            .iter()
-            .find_map(|(_, (pk, _))| self.blocked.get(pk, now_ms))
-        {
+        // A layer known to be full is refused before any write: a flood costs nothing.
+        if let Some(rejection) = self.blocked_at(checks, now_ms) {
             tracing::info!(decision = "rejected", layer = %rejection.limit.layer(), source = "block_cache", "rate limited");
             self.refund(admission).await;
             return Ok(Verdict::Rejected(rejection));
         }
-
-        for (check, (pk, reset_at_ms)) in counters {
-            match self.increment(&pk, check.limit, reset_at_ms, now_ms).await {
-                Ok(decision) => {
-                    admission.decisions.push((pk.clone(), decision));
-                    admission.counted.push(pk);
-                    admission.note(decision);
+        for check in checks {
+            match self.count(check, now_ms).await {
+                Ok(counted) => {
+                    admission.note(counted.decision);
+                    admission.counted.push(counted);
                 }
-                Err(Increment::Full(decision)) => {
+                Err(Refusal::Full(decision)) => {
                     tracing::info!(decision = "rejected", layer = %check.limit.layer(), source = "dynamodb", "rate limited");
-                    self.blocked.insert(pk, decision);
                     self.refund(admission).await;
                     return Ok(Verdict::Rejected(decision));
                 }
-                Err(Increment::Store(e)) => {
+                Err(Refusal::Store(e)) => {
                     self.refund(admission).await;
                     return Err(e);
                 }
@@ -220,67 +220,113 @@ impl RateLimiter {
         Ok(Verdict::Admitted)
     }
 
-    async fn increment(
-        &self,
-        pk: &str,
-        limit: &RateLimit,
-        reset_at_ms: UnixMillis,
-        now_ms: UnixMillis,
-    ) -> Result<Decision, Increment> {
-        let result = self
-            .ddb
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(pk.to_string()))
-            .update_expression("ADD #count :one SET #expires = if_not_exists(#expires, :expires)")
-            .condition_expression("attribute_not_exists(#count) OR #count < :limit")
-            .expression_attribute_names("#count", COUNT)
-            .expression_attribute_names("#expires", EXPIRES_AT)
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":limit", AttributeValue::N(limit.limit().to_string()))
-            .expression_attribute_values(
-                ":expires",
-                AttributeValue::N((reset_at_ms / 1000).to_string()),
-            )
-            .return_values(ReturnValue::UpdatedNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(out) => {
-                let count = read_count(out.attributes()).unwrap_or(limit.limit());
-                Ok(Decision {
-                    limit: *limit,
-                    remaining: limit.limit().saturating_sub(count),
-                    reset_at_ms,
-                    now_ms,
-                })
-            }
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                // ALL_OLD hands back the full counter with the failure: no second read needed.
-                // The reset time follows from the key's window.
-                let count = match e.err() {
-                    UpdateItemError::ConditionalCheckFailedException(c) => read_count(c.item()),
-                    _ => None,
-                };
-                tracing::debug!(pk, ?count, "counter full");
-                Err(Increment::Full(Decision {
-                    limit: *limit,
-                    remaining: 0,
-                    reset_at_ms,
-                    now_ms,
-                }))
-            }
-            Err(e) => Err(Increment::Store(LimiterError::new("increment", e))),
+    /// The block cache's answer for `checks`, costing nothing: the rejection of the first layer
+    /// whose every shard is known full, if any. For a caller that can tell before counting in an
+    /// earlier layer that a later one would refuse (a known client's full `client` layer).
+    pub fn blocked(&self, checks: &[LimitCheck<'_>]) -> Option<Decision> {
+        self.blocked_at(checks, self.clock.now_ms())
+    }
+
+    fn blocked_at(&self, checks: &[LimitCheck<'_>], now_ms: UnixMillis) -> Option<Decision> {
+        checks
+            .iter()
+            .find_map(|check| self.layer_blocked(check, now_ms))
+    }
+
+    /// The rejection that reopens first, if every shard of the layer is known full.
+    fn layer_blocked(&self, check: &LimitCheck<'_>, now_ms: UnixMillis) -> Option<Decision> {
+        let mut soonest = None;
+        for shard in 0..check.limit.shards() {
+            let pk = self.counter(check.limit, check.key, shard, now_ms).pk;
+            soonest = Some(sooner(soonest, self.blocked.get(&pk, now_ms)?));
         }
+        soonest
+    }
+
+    /// Counts the request in one of the layer's shards: starting from this process's next
+    /// shard, skipping those known full, trying at most [`SHARD_TRIES`].
+    async fn count(&self, check: &LimitCheck<'_>, now_ms: UnixMillis) -> Result<Counted, Refusal> {
+        let shards = check.limit.shards();
+        let first = match shards {
+            1 => 0,
+            n => self.next_shard.fetch_add(1, Ordering::Relaxed) % n,
+        };
+        let (mut full, mut tries) = (None, 0);
+        for i in 0..shards {
+            let counter = self.counter(check.limit, check.key, (first + i) % shards, now_ms);
+            if let Some(known) = self.blocked.get(&counter.pk, now_ms) {
+                full = Some(sooner(full, known));
+                continue;
+            }
+            if tries == SHARD_TRIES {
+                break;
+            }
+            tries += 1;
+            let previous = match counter.sliding {
+                true => self
+                    .previous_slots(&counter, now_ms)
+                    .await
+                    .map_err(Refusal::Store)?,
+                false => [0; SLOTS],
+            };
+            match self
+                .store
+                .increment(&counter, check.limit, &previous, now_ms)
+                .await
+            {
+                Increment::Counted {
+                    decision,
+                    slot,
+                    full_until,
+                } => {
+                    if let Some(until) = full_until {
+                        let full = Decision {
+                            remaining: 0,
+                            reset_at_ms: until,
+                            ..decision
+                        };
+                        self.blocked.insert(counter.pk.clone(), full);
+                    }
+                    return Ok(Counted {
+                        pk: counter.pk,
+                        slot,
+                        window_end_ms: counter.end,
+                        decision,
+                    });
+                }
+                Increment::Full(decision) => {
+                    self.blocked.insert(counter.pk, decision);
+                    full = Some(sooner(full, decision));
+                }
+                Increment::Store(e) => return Err(Refusal::Store(e)),
+            }
+        }
+        Err(Refusal::Full(full.expect(
+            "a layer has a shard, and each was tried or known full",
+        )))
+    }
+
+    /// The previous window's slots of `counter`: kept from the first read in this window.
+    async fn previous_slots(
+        &self,
+        counter: &Counter,
+        now_ms: UnixMillis,
+    ) -> Result<Slots, LimiterError> {
+        if let Some(slots) = self.previous.get(&counter.previous_pk, now_ms) {
+            return Ok(slots);
+        }
+        let seen = self.store.read(&counter.previous_pk).await?;
+        let slots = seen.slots;
+        self.previous
+            .insert(counter.previous_pk.clone(), slots, counter.end, now_ms);
+        Ok(slots)
     }
 
     /// Gives back every counter `admission` holds: used when a later layer rejects the request
     /// and when a failure on our side (upstream, secrets, store) means the caller got nothing.
     /// The decrement is conditioned on the count being positive, so it never goes below zero;
-    /// a counter from an ended window is left alone (its window already reopened).
+    /// a counter from an ended window is left alone (its window already reopened, and a sliding
+    /// layer's next window may already have read it).
     ///
     /// A refund is sent once, never again (one SDK attempt, no resend of ours): `ADD -1` is not
     /// idempotent, so resending one whose answer was lost after it committed would give back a
@@ -288,37 +334,21 @@ impl RateLimiter {
     /// dropped; the unit then stays counted until its window ends, which is the safe side.
     pub async fn refund(&self, admission: &mut Admission) {
         let now_ms = self.clock.now_ms();
-        for pk in admission.counted.drain(..) {
-            let result = self
-                .ddb
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", AttributeValue::S(pk.clone()))
-                .update_expression("ADD #count :minus_one")
-                .condition_expression("#count > :zero AND #expires > :now")
-                .expression_attribute_names("#count", COUNT)
-                .expression_attribute_names("#expires", EXPIRES_AT)
-                .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
-                .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-                .expression_attribute_values(":now", AttributeValue::N((now_ms / 1000).to_string()))
-                .customize()
-                .config_override(crate::aws::dynamodb_one_attempt())
-                .send()
-                .await;
-            match result {
-                Ok(_) => {}
-                Err(SdkError::ServiceError(e))
-                    if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {}
-                Err(e) => {
-                    let applied = refund_outcome(&e);
-                    let error = LimiterError::new("refund", e);
-                    tracing::warn!(
-                        error = %error,
-                        source = ?std::error::Error::source(&error),
-                        applied,
-                        "a rate-limit refund failed and is not resent; the unit stays counted until its window ends"
-                    );
-                }
+        for counted in admission.counted.drain(..) {
+            if counted.window_end_ms <= now_ms {
+                continue;
+            }
+            // The unit is free again, so the key is not full any more.
+            self.blocked.remove(&counted.pk);
+            if let Err(e) = self.store.refund(&counted.pk, counted.slot, now_ms).await {
+                let applied = refund_outcome(&e);
+                let error = LimiterError::new("refund", e);
+                tracing::warn!(
+                    error = %error,
+                    source = ?std::error::Error::source(&error),
+                    applied,
+                    "a rate-limit refund failed and is not resent; the unit stays counted until its window ends"
+                );
             }
         }
         admission.tightest = None;
@@ -333,37 +363,42 @@ impl RateLimiter {
         self.refund(&mut part).await;
     }
 
-    /// The current window's counter for one layer and key (operator view).
+    /// The layer's count for `key` now (operator view): summed over its shards, and for a
+    /// sliding layer with what of the previous window is still inside. Consistent reads.
     pub async fn usage(&self, limit: &RateLimit, key: &str) -> Result<Usage, LimiterError> {
-        let (pk, end) = self.counter_key(limit, key, self.clock.now_ms());
-        let out = self
-            .ddb
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(pk))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| LimiterError::new("read", e))?;
+        let now_ms = self.clock.now_ms();
+        let mut count = 0;
+        let mut window_ends_at = 0;
+        for shard in 0..limit.shards() {
+            let counter = self.counter(limit, key, shard, now_ms);
+            let current = self.store.read(&counter.pk).await?;
+            count += current.count;
+            if counter.sliding && !current.void {
+                let previous = self.store.read(&counter.previous_pk).await?;
+                let slot =
+                    super::sliding::slot_at(counter.start, counter.end - counter.start, now_ms);
+                count += super::sliding::still_inside(&previous.slots, slot);
+            }
+            window_ends_at = counter.end / 1000;
+        }
         Ok(Usage {
-            count: read_count(out.item()).unwrap_or(0),
+            count,
             limit: limit.limit(),
-            window_ends_at: end / 1000,
+            window_ends_at,
         })
     }
 
-    /// Empties the current window's counter for one layer and key (operator action).
+    /// Empties the layer's counters for `key` (operator action): every shard, and for a sliding
+    /// layer the previous window too.
     pub async fn reset(&self, limit: &RateLimit, key: &str) -> Result<(), LimiterError> {
-        let (pk, _) = self.counter_key(limit, key, self.clock.now_ms());
-        self.ddb
-            .delete_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(pk.clone()))
-            .send()
-            .await
-            .map_err(|e| LimiterError::new("reset", e))?;
-        // This process may have the key cached as full; forget it.
-        self.blocked.remove(&pk);
+        let now_ms = self.clock.now_ms();
+        for shard in 0..limit.shards() {
+            let counter = self.counter(limit, key, shard, now_ms);
+            self.store.reset(&counter).await?;
+            // This process may have the key cached as full, or its previous window; forget them.
+            self.blocked.remove(&counter.pk);
+            self.previous.remove(&counter.previous_pk);
+        }
         Ok(())
     }
 
@@ -377,23 +412,32 @@ impl RateLimiter {
     }
 }
 
-/// Whether a failed refund may still have applied, for the log: `"no"` when DynamoDB answered
-/// with an error, `"unknown"` when the answer never came (lost, timed out).
-fn refund_outcome<R>(e: &SdkError<UpdateItemError, R>) -> &'static str {
-    match e {
-        SdkError::ServiceError(_) | SdkError::ConstructionFailure(_) => "no",
-        _ => "unknown",
-    }
-}
-
-enum Increment {
+/// Why a layer did not count a request.
+enum Refusal {
     Full(Decision),
     Store(LimiterError),
 }
 
-fn read_count(item: Option<&HashMap<String, AttributeValue>>) -> Option<u32> {
-    match item?.get(COUNT)? {
-        AttributeValue::N(n) => n.parse().ok(),
-        _ => None,
+/// A random start, so that processes spread over shards differently; 0 without randomness.
+fn random_u32() -> u32 {
+    let mut bytes = [0; 4];
+    getrandom::fill(&mut bytes).map_or(0, |()| u32::from_le_bytes(bytes))
+}
+
+/// Of two rejections, the one that reopens first: a request is admitted as soon as any shard
+/// has room.
+fn sooner(a: Option<Decision>, b: Decision) -> Decision {
+    match a {
+        Some(a) if a.reset_at_ms <= b.reset_at_ms => a,
+        _ => b,
+    }
+}
+
+/// Whether a failed refund may still have applied, for the log: `"no"` when DynamoDB answered
+/// with an error, `"unknown"` when the answer never came (lost, timed out).
+fn refund_outcome<E, R>(e: &SdkError<E, R>) -> &'static str {
+    match e {
+        SdkError::ServiceError(_) | SdkError::ConstructionFailure(_) => "no",
+        _ => "unknown",
     }
 }

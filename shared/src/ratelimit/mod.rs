@@ -1,4 +1,4 @@
-//! Fixed-window rate limits counted in DynamoDB with limit-bounded conditional increments.
+//! Rate limits counted in DynamoDB with limit-bounded conditional increments.
 //!
 //! The rule that keeps a limit from locking clients out forever (lesson 000): **a request that a
 //! layer rejects increments nothing**. The increment carries the limit in its condition
@@ -11,18 +11,30 @@
 //! it. A request that the limiter admits and that later fails for another reason (a bad token,
 //! bad input) stays counted: that is how failed authentications are limited (lesson 002).
 //!
-//! Keys known to be full are remembered in a bounded in-process [`BlockCache`] until their
-//! window ends (or a few seconds, so an operator's reset reaches warm instances quickly), so a
-//! flood against a full key costs almost no DynamoDB requests.
+//! Each layer's window is fixed (epoch-aligned, the default) or sliding (`:sliding`, see
+//! [`sliding`]: at most the limit in any span of one window, for one read per key and window
+//! more), and its limit lives in one item or is spread over shards (`:shards=N`, see
+//! [`RateLimiter`]'s `check`: a hot key's writes over N items, never more than the limit in
+//! total).
+//!
+//! Keys known to be full are remembered in a bounded in-process [`BlockCache`] until they would
+//! admit again (or a few seconds, so an operator's reset reaches warm instances quickly): from a
+//! failed increment, or from the admission that took the last unit. A flood against a full key
+//! therefore costs no DynamoDB request, in every layer and every shard.
 
 mod block_cache;
+mod counter;
 mod decision;
 mod limiter;
+pub mod sliding;
 mod spec;
 
 pub use block_cache::BlockCache;
 pub use decision::Decision;
 pub use limiter::{
     Admission, LimitCheck, LimiterError, RateLimiter, Usage, Verdict, DEFAULT_BLOCK_CACHE_MAX_AGE,
+    SHARD_TRIES,
 };
-pub use spec::{Layer, RateLimit, RateLimits, SpecError};
+pub use spec::{
+    Layer, RateLimit, RateLimits, Shards, SpecError, WindowKind, AUTO_SHARD_UNITS, MAX_SHARDS,
+};

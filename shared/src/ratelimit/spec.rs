@@ -1,4 +1,14 @@
 //! Limits as configured: `ip=10/1h,client=60/1m,global=2000/1d`, parsed once into typed values.
+//!
+//! Each layer may add options after its window, each after a colon:
+//!
+//! - `:sliding`: a sliding window instead of the fixed one (see [`super::sliding`]), so a client
+//!   cannot spend its limit at the end of one window and again at the start of the next;
+//! - `:shards=N` or `:shards=auto`: the limit spread over N counter items instead of one, for a
+//!   key so hot that one item (one DynamoDB partition, about 1,000 writes per second) would
+//!   throttle; `auto` is one shard per [`AUTO_SHARD_UNITS`] of the limit, at most [`MAX_SHARDS`].
+//!
+//! e.g. `ip=10/1h:sliding,global=100000/1d:shards=auto`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -55,12 +65,39 @@ impl FromStr for Layer {
 #[error("{0}")]
 pub struct SpecError(String);
 
-/// One layer's limit: at most `limit` requests per fixed window of `window`.
+/// How a layer's window moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    /// Windows aligned to the epoch; a counter per window, reset at its end.
+    Fixed,
+    /// The last `window` before each request, whatever the alignment.
+    Sliding,
+}
+
+/// How many counter items a layer's limit is spread over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shards {
+    Count(u32),
+    /// One per [`AUTO_SHARD_UNITS`] of the limit.
+    Auto,
+}
+
+/// The most shards a layer may have.
+pub const MAX_SHARDS: u32 = 64;
+/// `shards=auto` gives a layer one shard per this many units of its limit: an item holding at
+/// most this many admissions per window can never be asked for more than that many writes in a
+/// second by admissions, half of a partition's 1,000 writes per second.
+pub const AUTO_SHARD_UNITS: u32 = 500;
+
+/// One layer's limit: at most `limit` requests per window of `window`, fixed or sliding,
+/// counted in one item or spread over shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
     layer: Layer,
     limit: u32,
     window: Duration,
+    kind: WindowKind,
+    shards: Shards,
 }
 
 impl RateLimit {
@@ -77,7 +114,60 @@ impl RateLimit {
             layer,
             limit,
             window,
+            kind: WindowKind::Fixed,
+            shards: Shards::Count(1),
         })
+    }
+
+    /// The same limit with a sliding window.
+    pub fn sliding(self) -> Self {
+        Self {
+            kind: WindowKind::Sliding,
+            ..self
+        }
+    }
+
+    /// The same limit spread over `shards`; at least 1, at most [`MAX_SHARDS`] and at most the
+    /// limit (a shard holds at least one unit).
+    pub fn with_shards(self, shards: Shards) -> Result<Self, SpecError> {
+        let limit = Self { shards, ..self };
+        let n = limit.shards();
+        if let Shards::Count(n) = shards {
+            if n == 0 || n > MAX_SHARDS || n > self.limit {
+                return Err(SpecError(format!(
+                    "{}: shards must be from 1 to {MAX_SHARDS} and at most the limit ({}), not {n}",
+                    self.layer, self.limit
+                )));
+            }
+        }
+        debug_assert!((1..=MAX_SHARDS.min(self.limit)).contains(&n));
+        Ok(limit)
+    }
+
+    pub fn kind(&self) -> WindowKind {
+        self.kind
+    }
+
+    pub fn is_sliding(&self) -> bool {
+        self.kind == WindowKind::Sliding
+    }
+
+    /// How many items the limit is spread over (`auto` resolved).
+    pub fn shards(&self) -> u32 {
+        match self.shards {
+            Shards::Count(n) => n,
+            Shards::Auto => self
+                .limit
+                .div_ceil(AUTO_SHARD_UNITS)
+                .clamp(1, MAX_SHARDS.min(self.limit)),
+        }
+    }
+
+    /// The units shard `i` holds: the limit split as evenly as whole units allow, the first
+    /// `limit % shards` shards one more, so the shards add up to the limit exactly.
+    pub fn shard_limit(&self, i: u32) -> u32 {
+        let n = self.shards();
+        self.limit / n + u32::from(i < self.limit % n)
     }
 
     pub fn layer(&self) -> Layer {
@@ -113,34 +203,81 @@ impl fmt::Display for RateLimit {
             .find(|(u, _)| secs % u == 0)
             .map(|(u, c)| (secs / u, c))
             .unwrap_or((secs, 's'));
-        write!(f, "{}={}/{}{}", self.layer, self.limit, n, unit)
+        write!(f, "{}={}/{}{}", self.layer, self.limit, n, unit)?;
+        if self.is_sliding() {
+            f.write_str(":sliding")?;
+        }
+        match self.shards {
+            Shards::Count(1) => Ok(()),
+            Shards::Count(n) => write!(f, ":shards={n}"),
+            Shards::Auto => f.write_str(":shards=auto"),
+        }
     }
 }
 
 impl FromStr for RateLimit {
     type Err = SpecError;
 
-    /// `layer=N/<count><s|m|h|d>`, e.g. `ip=10/1h`.
+    /// `layer=N/<count><s|m|h|d>[:sliding][:shards=<N|auto>]`, e.g. `ip=10/1h:sliding`.
     fn from_str(s: &str) -> Result<Self, SpecError> {
         let s = s.trim();
-        let (layer, rest) = s
-            .split_once('=')
-            .ok_or_else(|| SpecError(format!("{s:?}: expected layer=N/<window>, e.g. ip=10/1h")))?;
-        let layer: Layer = layer.trim().parse()?;
-        let (limit, window) = rest
-            .split_once('/')
-            .ok_or_else(|| SpecError(format!("{s:?}: expected N/<window>, e.g. 10/1h")))?;
-        let limit: u32 = limit
-            .trim()
-            .parse()
-            .map_err(|_| SpecError(format!("{s:?}: the limit {limit:?} is not a whole number")))?;
-        let window = parse_window(window.trim()).ok_or_else(|| {
-            SpecError(format!(
-                "{s:?}: the window {window:?} is not like 30s, 1m, 1h or 1d"
-            ))
-        })?;
-        RateLimit::new(layer, limit, window)
+        let mut options = s.split(':');
+        let base = options.next().unwrap_or_default();
+        let mut limit: RateLimit = parse_base(base)?;
+        let (mut kind_given, mut shards_given) = (false, false);
+        for option in options.map(str::trim) {
+            let twice = || SpecError(format!("{s:?}: {option:?} is given twice"));
+            match option.split_once('=') {
+                None if option == "sliding" || option == "fixed" => {
+                    if std::mem::replace(&mut kind_given, true) {
+                        return Err(twice());
+                    }
+                    if option == "sliding" {
+                        limit = limit.sliding();
+                    }
+                }
+                Some(("shards", n)) => {
+                    if std::mem::replace(&mut shards_given, true) {
+                        return Err(twice());
+                    }
+                    let shards = match n.trim() {
+                        "auto" => Shards::Auto,
+                        n => Shards::Count(n.parse().map_err(|_| {
+                            SpecError(format!("{s:?}: shards={n:?} is neither a whole number nor auto"))
+                        })?),
+                    };
+                    limit = limit.with_shards(shards)?;
+                }
+                _ => {
+                    return Err(SpecError(format!(
+                        "{s:?}: unknown option {option:?} (expected sliding, fixed, shards=N or shards=auto)"
+                    )))
+                }
+            }
+        }
+        Ok(limit)
     }
+}
+
+/// `layer=N/<window>`, the part before any option.
+fn parse_base(s: &str) -> Result<RateLimit, SpecError> {
+    let (layer, rest) = s
+        .split_once('=')
+        .ok_or_else(|| SpecError(format!("{s:?}: expected layer=N/<window>, e.g. ip=10/1h")))?;
+    let layer: Layer = layer.trim().parse()?;
+    let (limit, window) = rest
+        .split_once('/')
+        .ok_or_else(|| SpecError(format!("{s:?}: expected N/<window>, e.g. 10/1h")))?;
+    let limit: u32 = limit
+        .trim()
+        .parse()
+        .map_err(|_| SpecError(format!("{s:?}: the limit {limit:?} is not a whole number")))?;
+    let window = parse_window(window.trim()).ok_or_else(|| {
+        SpecError(format!(
+            "{s:?}: the window {window:?} is not like 30s, 1m, 1h or 1d"
+        ))
+    })?;
+    RateLimit::new(layer, limit, window)
 }
 
 fn parse_window(s: &str) -> Option<Duration> {
@@ -342,6 +479,70 @@ mod tests {
             let l = RateLimits::parse(spec).unwrap();
             assert_eq!(l.to_string(), spec);
             assert_eq!(RateLimits::parse(&l.to_string()).unwrap(), l);
+        }
+    }
+
+    #[test]
+    fn options_choose_the_window_and_the_shards() {
+        let l = RateLimits::parse("ip=10/1h:sliding,global=100000/1d:shards=auto").unwrap();
+        let ip = l.get(Layer::Ip).unwrap();
+        assert!(ip.is_sliding());
+        assert_eq!(ip.shards(), 1);
+        let global = l.get(Layer::Global).unwrap();
+        assert!(!global.is_sliding());
+        // One shard per 500 units, at most 64.
+        assert_eq!(global.shards(), 64);
+        assert_eq!(
+            RateLimit::from_str("global=2000/1d:shards=auto")
+                .unwrap()
+                .shards(),
+            4
+        );
+        assert_eq!(
+            RateLimit::from_str("global=3/1d:shards=auto")
+                .unwrap()
+                .shards(),
+            1
+        );
+        assert_eq!(
+            l.to_string(),
+            "ip=10/1h:sliding,global=100000/1d:shards=auto"
+        );
+        let both = RateLimit::from_str(" global=10/1m : sliding : shards=3 ").unwrap();
+        assert_eq!(both.to_string(), "global=10/1m:sliding:shards=3");
+        assert_eq!(
+            RateLimit::from_str("ip=10/1h:fixed").unwrap().to_string(),
+            "ip=10/1h"
+        );
+    }
+
+    #[test]
+    fn shards_split_the_limit_exactly() {
+        let l = RateLimit::from_str("global=10/1d:shards=4").unwrap();
+        let shares: Vec<u32> = (0..4).map(|i| l.shard_limit(i)).collect();
+        assert_eq!(shares, [3, 3, 2, 2]);
+        let l = RateLimit::from_str("global=100000/1d:shards=auto").unwrap();
+        assert_eq!(
+            (0..l.shards()).map(|i| l.shard_limit(i)).sum::<u32>(),
+            100_000
+        );
+    }
+
+    #[test]
+    fn options_it_cannot_mean_are_refused() {
+        for bad in [
+            "ip=10/1h:",
+            "ip=10/1h:slide",
+            "ip=10/1h:sliding:sliding",
+            "ip=10/1h:sliding:fixed",
+            "global=10/1d:shards=0",
+            "global=10/1d:shards=11",
+            "global=1000/1d:shards=65",
+            "global=10/1d:shards=two",
+            "global=10/1d:shards=2:shards=3",
+            "global=off:sliding",
+        ] {
+            assert!(RateLimits::parse(bad).is_err(), "{bad} should be refused");
         }
     }
 

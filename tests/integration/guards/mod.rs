@@ -9,3 +9,5 @@ mod limiter_faults;
 mod rate_limits;
 mod request_counts;
 mod secrets;
+mod shards;
+mod windows;

@@ -35,15 +35,33 @@ async fn a_rejection_learns_its_reset_without_a_second_read_and_the_block_cache_
     let (ddb, counter) = dynamo::client();
     let tables = Tables::create(&ddb).await;
     let (clock, shared) = manual_clock();
-    let gate = Gate::new(settings(&tables, "ip=2/1h", &[]), ddb, None, shared);
+    let gate = Gate::new(
+        settings(&tables, "ip=2/1h", &[]),
+        ddb.clone(),
+        None,
+        shared.clone(),
+    );
     let req = Event::post("/session").request();
     for _ in 0..2 {
         assert_eq!(guarded(&gate, &req, None).await.status(), 200);
     }
-    counter.reset();
-    // Within the kill switch's cache time, so the only request is the limiter's.
+    // Within the kill switch's cache time, so the only requests are the limiter's.
     clock.advance(Duration::from_secs(3));
-    let first = guarded(&gate, &req, None).await;
+    counter.reset();
+    // The process that took the last unit knows the key is full: its rejections are free.
+    assert_eq!(guarded(&gate, &req, None).await.status(), 429);
+    assert_eq!(counter.total(), 0, "{:?}", counter.snapshot());
+
+    // Another process learns it from one failed write, with the reset, and no read.
+    let other = Gate::new(settings(&tables, "ip=2/1h", &[]), ddb, None, shared);
+    guarded(
+        &other,
+        &Event::post("/session").from_ip("192.0.2.99").request(),
+        None,
+    )
+    .await;
+    counter.reset();
+    let first = guarded(&other, &req, None).await;
     assert_eq!(first.status(), 429);
     assert_eq!(first.headers()["retry-after"], "3596");
     assert_eq!(
@@ -54,7 +72,7 @@ async fn a_rejection_learns_its_reset_without_a_second_read_and_the_block_cache_
 
     counter.reset();
     for _ in 0..50 {
-        let resp = guarded(&gate, &req, None).await;
+        let resp = guarded(&other, &req, None).await;
         assert_eq!(resp.status(), 429);
     }
     assert_eq!(

@@ -1,0 +1,392 @@
+//! One counter item in DynamoDB: a layer's key in one window (and shard), and the three writes
+//! made to it: the limit-bounded increment, the refund, and the operator's reset.
+//!
+//! An item is `{pk, count, expires_at}`; a sliding layer's item also counts per slot (`s0` …
+//! `s19`, see [`super::sliding`]) and lives one window longer, because the next window reads it
+//! as its previous one. An operator's reset of a sliding counter leaves the current item at
+//! `count = 0` with `void`: the previous window no longer counts for this key, which warm
+//! processes holding its slots learn from their next increment's condition.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+
+use crate::clock::UnixMillis;
+
+use super::decision::Decision;
+use super::sliding::{self, Slots, SLOTS};
+use super::spec::RateLimit;
+
+const COUNT: &str = "count";
+const EXPIRES_AT: &str = "expires_at";
+const VOID: &str = "void";
+
+/// The limiter could not reach or use its table. The request is refused (fail closed: a spend
+/// cap that opens when DynamoDB is unwell is no cap).
+#[derive(Debug, thiserror::Error)]
+#[error("rate-limit store failed during {operation}")]
+pub struct LimiterError {
+    operation: &'static str,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl LimiterError {
+    pub(super) fn new(
+        operation: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            operation,
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Where one layer's key is counted at one moment: the item of its window (and shard).
+#[derive(Debug, Clone)]
+pub(super) struct Counter {
+    pub pk: String,
+    /// The item of the window before (what a sliding layer reads as its previous window).
+    pub previous_pk: String,
+    pub start: UnixMillis,
+    pub end: UnixMillis,
+    /// This item's share of the limit (the whole limit unless sharded).
+    pub limit: u32,
+    pub sliding: bool,
+}
+
+impl Counter {
+    /// The counter of `limit`'s layer for `key` and `shard` at `now_ms`. The window start is
+    /// part of the key, so a stale item from an ended window is never read as the current one,
+    /// whether or not DynamoDB's TTL has deleted it yet.
+    pub fn new(scope: &str, limit: &RateLimit, key: &str, shard: u32, now_ms: UnixMillis) -> Self {
+        let (start, end) = limit.window_at(now_ms);
+        let shard_part = match limit.shards() {
+            1 => String::new(),
+            _ => format!("~{shard}"),
+        };
+        let base = format!(
+            "{scope}#{}#{}#{key}{shard_part}",
+            limit.layer(),
+            limit.window_secs()
+        );
+        let len = end - start;
+        Self {
+            pk: format!("{base}#{}", start / 1000),
+            previous_pk: format!("{base}#{}", start.saturating_sub(len) / 1000),
+            start,
+            end,
+            limit: limit.shard_limit(shard),
+            sliding: limit.is_sliding(),
+        }
+    }
+
+    fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// When the item may go: at its window's end, or a window later for a sliding layer.
+    fn expires_at_secs(&self) -> u64 {
+        let end = if self.sliding {
+            self.end + self.len()
+        } else {
+            self.end
+        };
+        end / 1000
+    }
+}
+
+/// What an increment found.
+pub(super) enum Increment {
+    /// Counted: the decision, the slot incremented (sliding), and, when this admission took
+    /// the item's last unit, when it would admit again (for the block cache).
+    Counted {
+        decision: Decision,
+        slot: Option<usize>,
+        full_until: Option<UnixMillis>,
+    },
+    /// The item is full: nothing was counted. The decision's reset is when a request would be
+    /// admitted again.
+    Full(Decision),
+    Store(LimiterError),
+}
+
+/// The item's count and slots, as an increment or a read hands them back.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Seen {
+    pub count: u32,
+    pub slots: Slots,
+    /// An operator reset the counter in this window: the previous window no longer counts.
+    pub void: bool,
+}
+
+impl Seen {
+    pub fn from_item(item: Option<&HashMap<String, AttributeValue>>) -> Self {
+        let Some(item) = item else {
+            return Self::default();
+        };
+        let number = |name: &str| match item.get(name) {
+            Some(AttributeValue::N(n)) => n.parse().ok(),
+            _ => None,
+        };
+        let count = number(COUNT).unwrap_or(0);
+        let mut slots = [0; SLOTS];
+        for (i, slot) in slots.iter_mut().enumerate() {
+            *slot = number(&slot_name(i)).unwrap_or(0);
+        }
+        Self {
+            count,
+            slots: sliding::normalised(slots, count),
+            void: item.contains_key(VOID),
+        }
+    }
+}
+
+fn slot_name(i: usize) -> String {
+    format!("s{i}")
+}
+
+/// The conditional `UpdateItem`s of one counter table.
+#[derive(Debug, Clone)]
+pub(super) struct Store {
+    pub ddb: Client,
+    pub table: String,
+}
+
+impl Store {
+    /// Counts one request in `counter` unless that would pass its limit: for a fixed window
+    /// `count < limit`; for a sliding one `count < limit - previous still inside`, `previous`
+    /// being the window before's slots. A rejected increment changes nothing.
+    pub async fn increment(
+        &self,
+        counter: &Counter,
+        limit: &RateLimit,
+        previous: &Slots,
+        now_ms: UnixMillis,
+    ) -> Increment {
+        let slot = counter
+            .sliding
+            .then(|| sliding::slot_at(counter.start, counter.len(), now_ms));
+        let mut update = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(counter.pk.clone()))
+            .expression_attribute_names("#count", COUNT)
+            .expression_attribute_names("#expires", EXPIRES_AT)
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":limit", number(counter.limit))
+            .expression_attribute_values(":expires", number(counter.expires_at_secs()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        update = match slot {
+            None => update
+                .update_expression(
+                    "ADD #count :one SET #expires = if_not_exists(#expires, :expires)",
+                )
+                .condition_expression("attribute_not_exists(#count) OR #count < :limit")
+                .return_values(ReturnValue::UpdatedNew),
+            Some(slot) => {
+                let allowed = counter
+                    .limit
+                    .saturating_sub(sliding::still_inside(previous, slot));
+                // After an operator's reset (`void`) only this window counts.
+                let condition = match allowed {
+                    0 => "#void = :yes AND #count < :limit",
+                    _ => "attribute_not_exists(#count) OR #count < :allowed OR (#void = :yes AND #count < :limit)",
+                };
+                let update = update
+                    .update_expression(
+                        "ADD #count :one, #slot :one SET #expires = if_not_exists(#expires, :expires)",
+                    )
+                    .condition_expression(condition)
+                    .expression_attribute_names("#slot", slot_name(slot))
+                    .expression_attribute_names("#void", VOID)
+                    .expression_attribute_values(":yes", AttributeValue::Bool(true))
+                    .return_values(ReturnValue::AllNew);
+                match allowed {
+                    0 => update,
+                    _ => update.expression_attribute_values(":allowed", number(allowed)),
+                }
+            }
+        };
+        match update.send().await {
+            Ok(out) => {
+                let seen = Seen::from_item(out.attributes());
+                let count = if seen.count > 0 {
+                    seen.count
+                } else {
+                    counter.limit
+                };
+                let decision = self.decision(counter, limit, previous, seen, count, now_ms, false);
+                let full_until = (decision.remaining == 0).then(|| {
+                    let full = self.decision(counter, limit, previous, seen, count, now_ms, true);
+                    full.reset_at_ms
+                });
+                Increment::Counted {
+                    decision,
+                    slot,
+                    full_until,
+                }
+            }
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                // ALL_OLD hands back the full counter with the failure: no second read needed.
+                let old = match e.err() {
+                    UpdateItemError::ConditionalCheckFailedException(c) => {
+                        Seen::from_item(c.item())
+                    }
+                    _ => Seen::default(),
+                };
+                tracing::debug!(pk = counter.pk, count = old.count, "counter full");
+                let decision =
+                    self.decision(counter, limit, previous, old, old.count, now_ms, true);
+                Increment::Full(decision)
+            }
+            Err(e) => Increment::Store(LimiterError::new("increment", e)),
+        }
+    }
+
+    /// The layer's decision from what the item holds: what is left, and the reset (for a
+    /// rejection, `full`, when a request would be admitted again; otherwise when everything
+    /// counted has left the window).
+    #[allow(clippy::too_many_arguments)]
+    fn decision(
+        &self,
+        counter: &Counter,
+        limit: &RateLimit,
+        previous: &Slots,
+        seen: Seen,
+        count: u32,
+        now_ms: UnixMillis,
+        full: bool,
+    ) -> Decision {
+        let (start, len) = (counter.start, counter.len());
+        let previous = if seen.void { &[0; SLOTS] } else { previous };
+        let (inside, reset_at_ms) = match counter.sliding {
+            false => (0, counter.end),
+            true => {
+                let inside = sliding::still_inside(previous, sliding::slot_at(start, len, now_ms));
+                let reset = match full {
+                    true => sliding::reopens_at(
+                        counter.limit,
+                        start,
+                        len,
+                        now_ms,
+                        previous,
+                        &seen.slots,
+                    ),
+                    false => sliding::empties_at(start, len, now_ms, previous, &seen.slots),
+                };
+                (inside, reset)
+            }
+        };
+        Decision {
+            limit: *limit,
+            remaining: match full {
+                true => 0,
+                false => counter.limit.saturating_sub(inside + count),
+            },
+            reset_at_ms,
+            now_ms,
+        }
+    }
+
+    /// The item as it is now (a consistent read): its count and slots, zero when absent.
+    pub async fn read(&self, pk: &str) -> Result<Seen, LimiterError> {
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(pk.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| LimiterError::new("read", e))?;
+        Ok(Seen::from_item(out.item()))
+    }
+
+    /// Gives back one unit of `pk` (and of its `slot`), never below zero; `Err` only for the
+    /// log. See [`super::RateLimiter::refund`] for why it is sent once.
+    pub async fn refund(
+        &self,
+        pk: &str,
+        slot: Option<usize>,
+        now_ms: UnixMillis,
+    ) -> Result<(), SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>> {
+        let refund = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(pk.into()))
+            .expression_attribute_names("#count", COUNT)
+            .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()));
+        let refund = match slot {
+            None => refund
+                .update_expression("ADD #count :minus_one")
+                .condition_expression("#count > :zero AND #expires > :now")
+                .expression_attribute_names("#expires", EXPIRES_AT)
+                .expression_attribute_values(":now", number(now_ms / 1000)),
+            Some(slot) => refund
+                .update_expression("ADD #count :minus_one, #slot :minus_one")
+                .condition_expression("#count > :zero AND #slot > :zero")
+                .expression_attribute_names("#slot", slot_name(slot)),
+        };
+        let result = refund
+            .customize()
+            .config_override(crate::aws::dynamodb_one_attempt())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Empties `counter` (operator action). A fixed counter's item is deleted. A sliding
+    /// counter's previous item is deleted and its current one written back empty with `void`,
+    /// so that processes which already read the previous window stop counting it.
+    pub async fn reset(&self, counter: &Counter) -> Result<(), LimiterError> {
+        let delete = |pk: &str| {
+            self.ddb
+                .delete_item()
+                .table_name(&self.table)
+                .key("pk", AttributeValue::S(pk.into()))
+                .send()
+        };
+        if !counter.sliding {
+            delete(&counter.pk)
+                .await
+                .map_err(|e| LimiterError::new("reset", e))?;
+            return Ok(());
+        }
+        delete(&counter.previous_pk)
+            .await
+            .map_err(|e| LimiterError::new("reset", e))?;
+        self.ddb
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", AttributeValue::S(counter.pk.clone()))
+            .item(COUNT, number(0))
+            .item(VOID, AttributeValue::Bool(true))
+            .item(EXPIRES_AT, number(counter.expires_at_secs()))
+            .send()
+            .await
+            .map_err(|e| LimiterError::new("reset", e))?;
+        Ok(())
+    }
+}
+
+fn number(n: impl ToString) -> AttributeValue {
+    AttributeValue::N(n.to_string())
+}
