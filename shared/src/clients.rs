@@ -183,6 +183,22 @@ impl ClientStore {
         Ok(out.item().is_some())
     }
 
+    /// The client id this process verified `token` to belong to within the positive-cache
+    /// time, without asking DynamoDB; `None` when it has not (which says nothing about the
+    /// token). Lets a caller refuse a known client whose layer is full before counting it
+    /// anywhere else.
+    pub fn cached(&self, token: &SecretString) -> Option<String> {
+        self.cached_hash(&token_hash(token.expose_secret()), self.clock.now_ms())
+    }
+
+    fn cached_hash(&self, hash: &str, now: UnixMillis) -> Option<String> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .get(hash)
+            .filter(|(_, until)| *until > now)
+            .map(|(id, _)| id.clone())
+    }
+
     /// The client id a bearer token belongs to, or `None` for an unknown token.
     pub async fn authenticate(
         &self,
@@ -190,15 +206,8 @@ impl ClientStore {
     ) -> Result<Option<String>, ClientStoreError> {
         let hash = token_hash(token.expose_secret());
         let now = self.clock.now_ms();
-        if let Some((id, until)) = self
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&hash)
-        {
-            if *until > now {
-                return Ok(Some(id.clone()));
-            }
+        if let Some(id) = self.cached_hash(&hash, now) {
+            return Ok(Some(id));
         }
         let out = self
             .ddb

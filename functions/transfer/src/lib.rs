@@ -133,11 +133,22 @@ impl App {
     ) -> Result<String, TransferError> {
         let caller = self.gate.front(req).await?;
         let ip = caller.addr.to_string();
+        let token = bearer_token(req.headers().get(http::header::AUTHORIZATION));
+        // A client this process has verified, refused by a layer known to be full: answered
+        // before the `ip` increment (and its refund), so the flood costs no DynamoDB request.
+        // Any other token is counted in `ip` first, so failed authentications stay limited.
+        if let Some(client_id) = token.as_ref().and_then(|t| self.clients.cached(t)) {
+            let layers = [
+                (Layer::Ip, ip.as_str()),
+                (Layer::Client, &client_id),
+                (Layer::Global, ""),
+            ];
+            self.gate.refuse_if_blocked(&caller, &layers)?;
+        }
         self.gate
             .limit(admission, &caller, &[(Layer::Ip, &ip)])
             .await?;
-        let token = bearer_token(req.headers().get(http::header::AUTHORIZATION))
-            .ok_or(ApiError::Unauthorized)?;
+        let token = token.ok_or(ApiError::Unauthorized)?;
         let client_id = self
             .clients
             .authenticate(&token)
