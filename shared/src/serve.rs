@@ -13,7 +13,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::{ConfigError, Env, GuardSettings};
 use crate::gate::Gate;
 use crate::http::{finish, request_id, respond, route_path};
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::{IdempotencyStore, DEFAULT_REPLAY_CACHE_SIZE};
 use crate::problem::{ApiError, ClientError};
 use crate::ratelimit::Admission;
 
@@ -94,6 +94,9 @@ pub trait Function: Send + Sync + Sized + 'static {
     }
 }
 
+/// Completed responses kept per process by each function's idempotency store.
+pub const REPLAY_CACHE_SIZE_VAR: &str = "IDEMPOTENCY_CACHE_SIZE";
+
 /// What [`Function::from_env`] hands a function's [`Function::build`]: its environment, its
 /// gate, and the client and clock its own stores use (the ones the gate runs on).
 pub struct Parts<'a> {
@@ -104,9 +107,16 @@ pub struct Parts<'a> {
 }
 
 impl Parts<'_> {
-    /// The function's idempotency store over `table`, keeping a record `ttl` at most.
-    pub fn idempotency(&self, table: &str, ttl: Duration) -> IdempotencyStore {
-        IdempotencyStore::new(self.ddb.clone(), table, self.clock.clone(), ttl)
+    /// The function's idempotency store over `table`, keeping a record `ttl` at most, and up to
+    /// `IDEMPOTENCY_CACHE_SIZE` completed responses in process (0: none).
+    pub fn idempotency(&self, table: &str, ttl: Duration) -> Result<IdempotencyStore, ConfigError> {
+        let cached = self
+            .env
+            .parse_or(REPLAY_CACHE_SIZE_VAR, DEFAULT_REPLAY_CACHE_SIZE)?;
+        Ok(
+            IdempotencyStore::new(self.ddb.clone(), table, self.clock.clone(), ttl)
+                .with_replay_cache(cached),
+        )
     }
 }
 

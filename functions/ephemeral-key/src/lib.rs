@@ -69,7 +69,8 @@ impl tollgate::serve::Function for App {
                     format!("cannot build the HTTPS client: {e}"),
                 )
             })?;
-        let idempotency = parts.idempotency(&settings.idempotency_table, settings.idempotency_ttl);
+        let idempotency =
+            parts.idempotency(&settings.idempotency_table, settings.idempotency_ttl)?;
         Ok(Self {
             sessions: Sessions {
                 settings,

@@ -88,11 +88,16 @@ impl Sessions {
             None => None,
             Some(key) => {
                 let scope = Scope::new(&ip, crate::FUNCTION.route, key);
-                match self
-                    .idempotency
-                    .claim(&scope, &fingerprint(&canonical), self.lease())
-                    .await
-                {
+                let fingerprint = fingerprint(&canonical);
+                // A duplicate this process has seen completed is answered without a claim.
+                let found = match self.idempotency.cached(&scope, &fingerprint) {
+                    Some(existing) => Ok(Claim::Existing(existing)),
+                    None => {
+                        let lease = self.lease();
+                        self.idempotency.claim(&scope, &fingerprint, lease).await
+                    }
+                };
+                match found {
                     Ok(Claim::Acquired(lease)) => Some(lease),
                     Ok(Claim::Existing(existing)) => {
                         match existing {

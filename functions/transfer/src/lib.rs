@@ -62,7 +62,8 @@ impl tollgate::serve::Function for App {
 
     fn build(parts: Parts<'_>) -> Result<Self, ConfigError> {
         let settings = TransferSettings::from_env(parts.env)?;
-        let idempotency = parts.idempotency(&settings.idempotency_table, settings.idempotency_ttl);
+        let idempotency =
+            parts.idempotency(&settings.idempotency_table, settings.idempotency_ttl)?;
         Ok(Self {
             clients: ClientStore::new(
                 parts.ddb.clone(),

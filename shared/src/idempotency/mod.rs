@@ -24,12 +24,17 @@
 //!    expired lease may be claimed again.
 //!
 //! Responses with status 5xx are never stored: the key stays free for a retry.
+//!
+//! Completed records are also kept per process ([`ReplayCache`], `IDEMPOTENCY_CACHE_SIZE`), so
+//! a duplicate seen before by this process is answered with no DynamoDB request.
 
 mod fingerprint;
 mod key;
 mod record;
+mod replays;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -47,6 +52,7 @@ pub use key::{
     IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, MAX_KEY_LEN, MIN_UNGUESSABLE_KEY_LEN,
 };
 pub use record::{Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER};
+pub use replays::{ReplayCache, DEFAULT_REPLAY_CACHE_SIZE};
 
 use crate::clock::{SharedClock, UnixMillis};
 use record::*;
@@ -84,6 +90,8 @@ fn store_error(
 pub struct Lease {
     pk: String,
     owner: String,
+    /// The claimed request's, kept with the response once completed.
+    fingerprint: String,
     pub lease_until_ms: UnixMillis,
 }
 
@@ -103,15 +111,50 @@ pub struct IdempotencyStore {
     table: String,
     clock: SharedClock,
     ttl: Duration,
+    /// Shared by the store's clones.
+    replays: Arc<ReplayCache>,
 }
 
 impl IdempotencyStore {
+    /// A store keeping no completed responses in process until [`Self::with_replay_cache`].
     pub fn new(ddb: Client, table: impl Into<String>, clock: SharedClock, ttl: Duration) -> Self {
         Self {
             ddb,
             table: table.into(),
             clock,
             ttl,
+            replays: Arc::new(ReplayCache::new(0)),
+        }
+    }
+
+    /// Keeps up to `capacity` completed responses in process (0: none).
+    pub fn with_replay_cache(mut self, capacity: usize) -> Self {
+        self.replays = Arc::new(ReplayCache::new(capacity));
+        self
+    }
+
+    /// The answer for a duplicate this process has already seen completed, costing no DynamoDB
+    /// request: the stored response, or 422 for another body. `None`: ask the store.
+    pub fn cached(&self, scope: &Scope, fingerprint: &str) -> Option<Existing> {
+        self.replays.get(scope, fingerprint, self.now_ms())
+    }
+
+    /// Keeps a completed record this process saw (or wrote: atomic mode, once committed).
+    pub fn remember(
+        &self,
+        scope: &Scope,
+        fingerprint: &str,
+        response: &StoredResponse,
+        expires_at: u64,
+    ) {
+        self.replays
+            .insert(scope.pk(), fingerprint, response, expires_at, self.now_ms());
+    }
+
+    /// Keeps `record` if it is a live completed one.
+    fn remember_record(&self, scope: &Scope, record: &Record) {
+        if let RecordState::Completed(response) = &record.state {
+            self.remember(scope, &record.fingerprint, response, record.expires_at);
         }
     }
 
@@ -128,7 +171,8 @@ impl IdempotencyStore {
         self.clock.now_ms()
     }
 
-    fn expires_at(&self) -> u64 {
+    /// The expiry (seconds) of a record written now.
+    pub fn expires_at(&self) -> u64 {
         (self.now_ms() + self.ttl.as_millis() as u64).div_ceil(1000)
     }
 
@@ -137,15 +181,13 @@ impl IdempotencyStore {
         scope: &Scope,
         fingerprint: &str,
         response: &StoredResponse,
+        expires_at: u64,
     ) -> HashMap<String, AttributeValue> {
         let mut item = HashMap::new();
         item.insert(PK.into(), AttributeValue::S(scope.pk().into()));
         item.insert(STATE.into(), AttributeValue::S(COMPLETED.into()));
         item.insert(FINGERPRINT.into(), AttributeValue::S(fingerprint.into()));
-        item.insert(
-            EXPIRES_AT.into(),
-            AttributeValue::N(self.expires_at().to_string()),
-        );
+        item.insert(EXPIRES_AT.into(), AttributeValue::N(expires_at.to_string()));
         response.to_attributes(&mut item);
         item
     }
@@ -157,18 +199,22 @@ impl IdempotencyStore {
         )]
     }
 
-    /// Atomic mode: the transaction item that claims the key and stores `response` as done, to
-    /// commit together with the effect. If the key is taken the transaction is cancelled and
-    /// [`Self::existing_in`] reads the record from the cancellation reason (`ALL_OLD`).
+    /// Atomic mode: the transaction item that claims the key and stores `response` as done,
+    /// expiring at `expires_at` (from [`Self::expires_at`]; the caller keeps it for
+    /// [`Self::remember`] once committed), to commit together with the effect. If the key is
+    /// taken the transaction is cancelled and [`Self::existing_in`] reads the record from the
+    /// cancellation reason (`ALL_OLD`).
     pub fn completed_put(
         &self,
         scope: &Scope,
         fingerprint: &str,
         response: &StoredResponse,
+        expires_at: u64,
     ) -> TransactWriteItem {
+        let item = self.completed_item(scope, fingerprint, response, expires_at);
         let mut put = Put::builder()
             .table_name(&self.table)
-            .set_item(Some(self.completed_item(scope, fingerprint, response)))
+            .set_item(Some(item))
             .condition_expression(CLAIMABLE)
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#expires_at", EXPIRES_AT)
@@ -183,12 +229,19 @@ impl IdempotencyStore {
 
     /// What the record in a cancellation reason means for a request with `fingerprint`.
     /// `None` when the reason carries no live record.
-    pub fn existing_in(&self, reason: &CancellationReason, fingerprint: &str) -> Option<Existing> {
+    pub fn existing_in(
+        &self,
+        scope: &Scope,
+        reason: &CancellationReason,
+        fingerprint: &str,
+    ) -> Option<Existing> {
         let record = Record::from_item(reason.item()?)?;
         let now = self.now_ms();
-        record
-            .is_live(now)
-            .then(|| record.verdict(fingerprint, now))
+        if !record.is_live(now) {
+            return None;
+        }
+        self.remember_record(scope, &record);
+        Some(record.verdict(fingerprint, now))
     }
 
     /// Stores an outcome decided without an effect (a refusal the contract keeps under the key,
@@ -201,11 +254,13 @@ impl IdempotencyStore {
         response: &StoredResponse,
     ) -> Result<Option<Existing>, IdempotencyError> {
         debug_assert!(response.status < 500, "5xx outcomes are never stored");
+        let expires_at = self.expires_at();
+        let item = self.completed_item(scope, fingerprint, response, expires_at);
         let mut req = self
             .ddb
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(self.completed_item(scope, fingerprint, response)))
+            .set_item(Some(item))
             .condition_expression(CLAIMABLE)
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#expires_at", EXPIRES_AT)
@@ -214,15 +269,20 @@ impl IdempotencyStore {
             req = req.expression_attribute_values(k, v);
         }
         match req.send().await {
-            Ok(_) => Ok(None),
+            Ok(_) => {
+                self.remember(scope, fingerprint, response, expires_at);
+                Ok(None)
+            }
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
             {
                 let existing = match e.err() {
-                    PutItemError::ConditionalCheckFailedException(c) => c
-                        .item()
-                        .and_then(Record::from_item)
-                        .map(|r| r.verdict(fingerprint, self.now_ms())),
+                    PutItemError::ConditionalCheckFailedException(c) => {
+                        c.item().and_then(Record::from_item).map(|r| {
+                            self.remember_record(scope, &r);
+                            r.verdict(fingerprint, self.now_ms())
+                        })
+                    }
                     _ => None,
                 };
                 // The condition failed, so a live record exists; an unreadable one is a bug.
@@ -266,7 +326,11 @@ impl IdempotencyStore {
             false => get.send().await,
         }
         .map_err(|e| store_error("read", e))?;
-        self.live(out.item())
+        let record = self.live(out.item())?;
+        if let Some(record) = &record {
+            self.remember_record(scope, record);
+        }
+        Ok(record)
     }
 
     fn live(
@@ -326,6 +390,7 @@ impl IdempotencyStore {
             Ok(_) => Ok(Claim::Acquired(Lease {
                 pk: scope.pk().into(),
                 owner,
+                fingerprint: fingerprint.into(),
                 lease_until_ms,
             })),
             Err(SdkError::ServiceError(e))
@@ -346,8 +411,12 @@ impl IdempotencyStore {
                     return Ok(Claim::Acquired(Lease {
                         pk: scope.pk().into(),
                         owner,
+                        fingerprint: fingerprint.into(),
                         lease_until_ms,
                     }));
+                }
+                if record.is_live(now) {
+                    self.remember_record(scope, &record);
                 }
                 Ok(Claim::Existing(record.verdict(fingerprint, now)))
             }
@@ -362,6 +431,7 @@ impl IdempotencyStore {
                     let ours = Lease {
                         pk: scope.pk().into(),
                         owner,
+                        fingerprint: fingerprint.into(),
                         lease_until_ms,
                     };
                     match self.release(&ours).await {
@@ -424,7 +494,13 @@ impl IdempotencyStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                let now = self.now_ms();
+                let fingerprint = &lease.fingerprint;
+                self.replays
+                    .insert(&lease.pk, fingerprint, response, expires_at, now);
+                Ok(())
+            }
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {

@@ -119,6 +119,15 @@ impl Ledger {
         req: &TransferRequest,
         request_id: &str,
     ) -> Result<Response<Body>, TransferError> {
+        // A duplicate this process has seen completed: the same answer, no DynamoDB request.
+        if let Some(existing) = self.idempotency.cached(scope, fingerprint) {
+            tracing::info!(
+                decision = "replayed",
+                source = "replay_cache",
+                "idempotent replay"
+            );
+            return existing.into_result();
+        }
         let transfer_id = tollgate::ids::new_id("tr");
         let created_at = humantime::format_rfc3339_seconds(
             std::time::UNIX_EPOCH + Duration::from_millis(self.clock.now_ms()),
@@ -139,6 +148,8 @@ impl Ledger {
             created.headers_mut().insert(LOCATION, location);
         }
         let stored = StoredResponse::capture(&created);
+        // The record's expiry, kept for the replay cache once the transaction has committed.
+        let expires_at = self.idempotency.expires_at();
 
         let mut currency = self
             .cached_currency(&req.from)
@@ -165,7 +176,7 @@ impl Ledger {
                         client_id,
                         scope,
                         fingerprint,
-                        &stored,
+                        (&stored, expires_at),
                         req,
                         &currency,
                         &transfer,
@@ -177,6 +188,8 @@ impl Ledger {
             match self.send(items, &token).await {
                 Attempt::Committed => {
                     tracing::info!(transfer_id = %transfer_id, amount = req.amount.get(), "transfer committed");
+                    self.idempotency
+                        .remember(scope, fingerprint, &stored, expires_at);
                     return Ok(created);
                 }
                 Attempt::Unknown => {
@@ -194,7 +207,7 @@ impl Ledger {
                     break;
                 }
                 Attempt::Cancelled(reasons) => {
-                    match self.explain(client_id, fingerprint, req, &currency, &reasons) {
+                    match self.explain(client_id, scope, fingerprint, req, &currency, &reasons) {
                         Explained::Done(existing) => {
                             return match existing {
                                 // Our own commit, whose response was lost on the way back.
@@ -270,7 +283,8 @@ impl Ledger {
         client_id: &str,
         scope: &Scope,
         fingerprint: &str,
-        stored: &StoredResponse,
+        // The response to store under the key, and the record's expiry.
+        stored: (&StoredResponse, u64),
         req: &TransferRequest,
         currency: &str,
         transfer: &Transfer,
@@ -344,7 +358,8 @@ impl Ledger {
             .build()
             .expect("transfer record is complete");
         vec![
-            self.idempotency.completed_put(scope, fingerprint, stored),
+            self.idempotency
+                .completed_put(scope, fingerprint, stored.0, stored.1),
             TransactWriteItem::builder().update(debit).build(),
             TransactWriteItem::builder().update(credit).build(),
             TransactWriteItem::builder().put(record).build(),
@@ -456,6 +471,7 @@ impl Ledger {
     fn explain(
         &self,
         client_id: &str,
+        scope: &Scope,
         fingerprint: &str,
         req: &TransferRequest,
         guess: &str,
@@ -471,7 +487,10 @@ impl Ledger {
                 return Explained::Done(Existing::InProgress { retry_after: 1 })
             }
             Some("ConditionalCheckFailed") => {
-                return match self.idempotency.existing_in(&reasons[0], fingerprint) {
+                return match self
+                    .idempotency
+                    .existing_in(scope, &reasons[0], fingerprint)
+                {
                     Some(existing) => Explained::Done(existing),
                     // The record expired between the claim and now: try again.
                     None => Explained::Raced,
