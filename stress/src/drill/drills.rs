@@ -29,11 +29,17 @@ const OPERATIONS: [&str; 8] = [
 pub const CONCURRENCY: usize = 8;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The sliding phase's spend cap (`global`, per window, over 4 shards).
+pub const SHARDED_CAP: u32 = 40;
+
 /// The run's settings (from `--short`) and the secrets and limits the functions got.
 pub struct Settings {
     pub short: bool,
     pub origin_secret: String,
     pub limits: limits::Limits,
+    /// The limits of the third phase: the same per-caller limits with sliding windows, and a
+    /// sharded spend cap of [`SHARDED_CAP`].
+    pub sliding: limits::Limits,
 }
 
 /// The functions and what the drills need to call them as a client would.
@@ -208,7 +214,20 @@ struct Findings {
     rows: Vec<Row>,
     costs: Vec<Cost>,
     windows: Vec<Window>,
+    bursts: Vec<Burst>,
     violations: Vec<String>,
+}
+
+/// A burst across a window boundary: the limit's worth just before it and again just after.
+#[derive(Serialize)]
+struct Burst {
+    phase: &'static str,
+    limit: String,
+    before: usize,
+    after: usize,
+    /// From the first request sent to the last answer.
+    span_ms: u64,
+    bound: usize,
 }
 
 /// One window of the reconnect loop.
@@ -334,6 +353,14 @@ impl Drill<'_> {
         let probed = flood(probes).await;
         let by_op = delta(&snapshot(self.proxy), &before);
         self.check_outcomes(drill, &probed, window);
+        // With the block cache a rejection writes nothing in any layer (one refresh allowed, for
+        // a cache entry that reached its maximum age during the probes).
+        let writes = by_op.get("UpdateItem").copied().unwrap_or(0);
+        if phase != "cache off" && writes > 1 {
+            self.violation(format!(
+                "{phase} {drill}: {rejected} rejections against a block-cached key wrote {writes} times"
+            ));
+        }
         let leaked = probed.iter().filter(|o| o.status != 429).count();
         if leaked > 0 {
             self.violation(format!(
@@ -545,6 +572,134 @@ impl Drill<'_> {
         .await;
     }
 
+    /// The third phase (sliding windows, a sharded spend cap, block cache on): failed
+    /// authentications still count in `ip`; many addresses against the sharded cap admit
+    /// exactly the cap; a rotating /64 against the sliding `ip` layer; a boundary burst.
+    async fn sliding_floods(&mut self) {
+        let (phase, net, l) = ("sliding, shards", 3u8, self.limits);
+        let over = if self.st.short { 2 } else { 3 };
+
+        let ip = format!("198.51.{net}.10");
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| {
+                    let token = d.rng.hex();
+                    d.account(&ip, &[("Authorization", format!("Bearer {token}"))])
+                })
+                .collect::<Vec<_>>()
+        };
+        let (fill, probes) = (
+            mk(self, l.transfer_ip as usize * over),
+            mk(self, self.probe),
+        );
+        self.flood_drill(
+            phase,
+            "random bearer tokens (transfer)",
+            &ip,
+            format!("ip={}:sliding", l.transfer_ip),
+            l.transfer_ip as usize,
+            fill,
+            probes,
+            true,
+        )
+        .await;
+
+        // Every request from a new address: only the spend cap, spread over 4 shards, holds.
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| {
+                    let ip = d.rng.ipv4();
+                    d.session(&ip, &[])
+                })
+                .collect::<Vec<_>>()
+        };
+        let cap = SHARDED_CAP as usize;
+        let (fill, probes) = (mk(self, cap * 3), mk(self, self.probe));
+        self.flood_drill(
+            phase,
+            "a new address per request against the spend cap (session)",
+            "global",
+            format!("global={SHARDED_CAP}:shards=4"),
+            cap,
+            fill,
+            probes,
+            true,
+        )
+        .await;
+
+        let prefix = format!("2001:db8:d{net:02x}:64");
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| {
+                    let x = d.rng.next();
+                    let addr = format!(
+                        "{prefix}:{:x}:{:x}::{:x}",
+                        x & 0xffff,
+                        (x >> 16) & 0xffff,
+                        x >> 48
+                    );
+                    d.session(&addr, &[])
+                })
+                .collect::<Vec<_>>()
+        };
+        let (fill, probes) = (mk(self, l.session_ip as usize * over), mk(self, self.probe));
+        self.flood_drill(
+            phase,
+            "rotating IPv6 inside one /64 (session)",
+            &format!("{prefix}::/64"),
+            format!("ip={}:sliding", l.session_ip),
+            l.session_ip as usize,
+            fill,
+            probes,
+            true,
+        )
+        .await;
+        self.boundary(phase, "192.0.2.90", true).await;
+    }
+
+    /// The limit's worth of session requests just before a window boundary and again just
+    /// after, from one address: a fixed `ip` layer admits both (twice its limit within well
+    /// under a window), a sliding one only the first.
+    async fn boundary(&mut self, phase: &'static str, ip: &str, sliding: bool) {
+        let (w, limit) = (self.limits.window_ms, self.limits.session_ip as usize);
+        // A fresh window, then its last sixth.
+        let start = self.room(w, true).await;
+        let at = start + w - w / 6;
+        tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
+        let before: Vec<Req> = (0..limit).map(|_| self.session(ip, &[])).collect();
+        let before = flood(before).await;
+        let next = start + w + 20;
+        tokio::time::sleep(Duration::from_millis(next.saturating_sub(now_ms()))).await;
+        let after: Vec<Req> = (0..limit).map(|_| self.session(ip, &[])).collect();
+        let after = flood(after).await;
+        let all: Vec<&Outcome> = before.iter().chain(&after).collect();
+        let first = all.iter().map(|o| o.sent_ms).min().unwrap_or(0);
+        let last = all.iter().map(|o| o.done_ms).max().unwrap_or(0);
+        let admitted = |o: &[Outcome]| o.iter().filter(|o| o.admitted()).count();
+        let (b, a) = (admitted(&before), admitted(&after));
+        let bound = if sliding { limit } else { 2 * limit };
+        if all.iter().any(|o| o.error.is_some()) || before.iter().any(|o| o.done_ms >= start + w) {
+            self.violation(format!(
+                "{phase} boundary burst: a request was lost or answered late"
+            ));
+        }
+        if b + a != bound {
+            self.violation(format!(
+                "{phase} boundary burst: {} admitted across the boundary, expected {bound} ({})",
+                b + a,
+                statuses(&before.iter().chain(&after).cloned().collect::<Vec<_>>())
+            ));
+        }
+        self.f.bursts.push(Burst {
+            phase,
+            limit: format!("ip={limit}{}", if sliding { ":sliding" } else { "" }),
+            before: b,
+            after: a,
+            span_ms: last.saturating_sub(first),
+            bound,
+        });
+    }
+
     /// Internal callers sharing one address: not limited by `ip` (nor `client`), and they
     /// leave that address's quota to the external callers behind it.
     async fn internal(&mut self) {
@@ -713,6 +868,8 @@ pub struct Figures {
     pub violations: Vec<String>,
     short: bool,
     limits: limits::Limits,
+    sliding: limits::Limits,
+    bursts: Vec<Burst>,
     concurrency: usize,
     on_s: String,
     total_s: String,
@@ -737,10 +894,16 @@ struct CostRow {
 }
 
 /// Runs the drills on `target`, counting DynamoDB requests with `proxy`; `restart` restarts
-/// the functions with `RATE_LIMIT_BLOCK_CACHE_SIZE=0` for the second pass.
-pub async fn run<F, Fut>(st: &Settings, target: &Target, proxy: &FaultProxy, restart: F) -> Figures
+/// the functions with the variables it is given: `RATE_LIMIT_BLOCK_CACHE_SIZE=0` for the
+/// second pass, the sliding limits for the third.
+pub async fn run<F, Fut>(
+    st: &Settings,
+    target: &Target,
+    proxy: &FaultProxy,
+    mut restart: F,
+) -> Figures
 where
-    F: FnOnce() -> Fut,
+    F: FnMut(Vec<(String, String)>) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
     let started = Instant::now();
@@ -766,6 +929,7 @@ where
             rows: Vec::new(),
             costs: Vec::new(),
             windows: Vec::new(),
+            bursts: Vec::new(),
             violations: Vec::new(),
         },
         probe: if st.short { 20 } else { 50 },
@@ -775,11 +939,13 @@ where
     d.floods("cache on", 1).await;
     d.internal().await;
     d.reconnect().await;
+    d.boundary("cache on", "192.0.2.80", false).await;
     let on_time = t.elapsed();
 
     // Without the block cache.
     eprintln!("drill: restarting the functions with RATE_LIMIT_BLOCK_CACHE_SIZE=0");
-    match restart().await {
+    let off = vec![("RATE_LIMIT_BLOCK_CACHE_SIZE".to_string(), "0".to_string())];
+    match restart(off).await {
         Err(e) => d.violation(format!("restart without the block cache: {e}")),
         Ok(()) => {
             let t = Instant::now();
@@ -789,6 +955,15 @@ where
                 t.elapsed().as_secs_f64()
             );
         }
+    }
+
+    // Sliding windows and a sharded spend cap, with the block cache.
+    eprintln!("drill: restarting the functions with sliding windows and a sharded spend cap");
+    let mut sliding = st.sliding.env().to_vec();
+    sliding.push(("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()));
+    match restart(sliding).await {
+        Err(e) => d.violation(format!("restart with sliding windows: {e}")),
+        Ok(()) => d.sliding_floods().await,
     }
     figures(st, d, on_time, started.elapsed())
 }
@@ -806,6 +981,8 @@ fn figures(st: &Settings, d: Drill<'_>, on_time: Duration, total: Duration) -> F
     Figures {
         short: st.short,
         limits: st.limits.clone(),
+        sliding: st.sliding.clone(),
+        bursts: f.bursts,
         concurrency: CONCURRENCY,
         on_s: format!("{:.1}", on_time.as_secs_f64()),
         total_s: format!("{:.1}", total.as_secs_f64()),

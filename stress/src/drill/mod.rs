@@ -7,9 +7,10 @@
 //! address inside an IPv6 /64, the internal-token header, and how often it retries. Each drill
 //! asserts that the requests admitted per key and window are exactly the configured limit when
 //! the flood exceeds it (internal callers: not limited by `ip` or `client`), then sends more of
-//! the same to measure DynamoDB requests per rejected request. The floods run twice: with the
-//! block cache, then, after the pools restart with `RATE_LIMIT_BLOCK_CACHE_SIZE=0`, without
-//! ([`drills`]; the report's prose is `templates/drill.md`).
+//! the same to measure DynamoDB requests per rejected request. The floods run with the block
+//! cache, then, after the pools restart with `RATE_LIMIT_BLOCK_CACHE_SIZE=0`, without; then,
+//! after another restart, with sliding windows and a sharded spend cap, where a burst across a
+//! window boundary is drilled too ([`drills`]; the report's prose is `templates/drill.md`).
 
 mod drills;
 
@@ -25,10 +26,11 @@ pub const LONG_ABOUT: &str =
 Lambda runtime API, in `cloudfront` mode, with windows of 10 s (5 s with --short): floods with \
 random tokens and with no token, a rotating spoofed X-Forwarded-For, rotating IPv6 addresses \
 inside one /64, a stolen client token from rotating addresses, the reconnect loop over three \
-windows, internal callers sharing one address, a forged internal token. Reports admitted requests \
-against the configured limit per key, and DynamoDB requests per rejected request with and without \
-the block cache (a restart of the functions with RATE_LIMIT_BLOCK_CACHE_SIZE=0). Exits non-zero on \
-any violation.";
+windows, internal callers sharing one address, a forged internal token, a burst across a window \
+boundary. Reports admitted requests against the configured limit per key, and DynamoDB requests \
+per rejected request with and without the block cache (a restart of the functions with \
+RATE_LIMIT_BLOCK_CACHE_SIZE=0), then again with sliding windows and a sharded spend cap (another \
+restart). Exits non-zero on any violation.";
 
 /// What to drill (the same options as `cargo xtask drill` always had).
 #[derive(Debug, Clone, clap::Args)]
@@ -52,6 +54,14 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
         limits: Limits::new(
             format!("ip=5/{window}s,global=100000/1d"),
             format!("ip=20/{window}s,client=5/{window}s"),
+        ),
+        // The same per-caller limits with sliding windows, and a small sharded spend cap.
+        sliding: Limits::new(
+            format!(
+                "ip=5/{window}s:sliding,global={}/{window}s:shards=4",
+                drills::SHARDED_CAP
+            ),
+            format!("ip=20/{window}s:sliding,client=5/{window}s:sliding"),
         ),
     };
     let mut env = vec![
@@ -87,14 +97,16 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
         demo_token: demo.token,
         demo_account: demo.accounts[0].clone(),
     };
-    let restart = || async {
-        let off = [("RATE_LIMIT_BLOCK_CACHE_SIZE".to_string(), "0".to_string())];
-        stack
-            .transfer
-            .restart(&off)
-            .await
-            .map_err(|e| e.to_string())?;
-        session.restart(&off).await.map_err(|e| e.to_string())
+    let restart = |env: Vec<(String, String)>| {
+        let (stack, session) = (&stack, session.clone());
+        async move {
+            stack
+                .transfer
+                .restart(&env)
+                .await
+                .map_err(|e| e.to_string())?;
+            session.restart(&env).await.map_err(|e| e.to_string())
+        }
     };
     let figures = drills::run(&settings, &target, &proxy, restart).await;
 
