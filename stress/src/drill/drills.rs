@@ -414,30 +414,7 @@ impl Drill<'_> {
         let over = if self.st.short { 2 } else { 4 };
 
         // Random bearer tokens against the transfer function: the `ip` layer counts them all.
-        let ip = format!("198.51.{net}.10");
-        let mk = |d: &mut Self, n: usize| {
-            (0..n)
-                .map(|_| {
-                    let token = d.rng.hex();
-                    d.account(&ip, &[("Authorization", format!("Bearer {token}"))])
-                })
-                .collect::<Vec<_>>()
-        };
-        let (fill, probes) = (
-            mk(self, l.transfer_ip as usize * over),
-            mk(self, self.probe),
-        );
-        self.flood_drill(
-            phase,
-            "random bearer tokens (transfer)",
-            &ip,
-            format!("ip={}", l.transfer_ip),
-            l.transfer_ip as usize,
-            fill,
-            probes,
-            false,
-        )
-        .await;
+        self.random_bearer_tokens(phase, net, "", over, false).await;
 
         // No token at all.
         let ip = format!("198.51.{net}.11");
@@ -482,34 +459,7 @@ impl Drill<'_> {
         .await;
 
         // Rotating IPv6 addresses inside one /64.
-        let prefix = format!("2001:db8:d{net:02x}:64");
-        let mk = |d: &mut Self, n: usize| {
-            (0..n)
-                .map(|_| {
-                    let x = d.rng.next();
-                    let addr = format!(
-                        "{prefix}:{:x}:{:x}:{:x}:{:x}",
-                        x & 0xffff,
-                        (x >> 16) & 0xffff,
-                        (x >> 32) & 0xffff,
-                        x >> 48
-                    );
-                    d.session(&addr, &[])
-                })
-                .collect::<Vec<_>>()
-        };
-        let (fill, probes) = (mk(self, l.session_ip as usize * over), mk(self, self.probe));
-        self.flood_drill(
-            phase,
-            "rotating IPv6 inside one /64 (session)",
-            &format!("{prefix}::/64"),
-            format!("ip={}", l.session_ip),
-            l.session_ip as usize,
-            fill,
-            probes,
-            false,
-        )
-        .await;
+        self.rotating_slash_64(phase, net, "", over, false).await;
         // The neighbouring /64 is another client: it still gets in.
         let neighbour = format!("2001:db8:d{net:02x}:65::1");
         let req = self.session(&neighbour, &[]);
@@ -576,33 +526,11 @@ impl Drill<'_> {
     /// authentications still count in `ip`; many addresses against the sharded cap admit
     /// exactly the cap; a rotating /64 against the sliding `ip` layer; a boundary burst.
     async fn sliding_floods(&mut self) {
-        let (phase, net, l) = ("sliding, shards", 3u8, self.limits);
+        let (phase, net) = ("sliding, shards", 3u8);
         let over = if self.st.short { 2 } else { 3 };
 
-        let ip = format!("198.51.{net}.10");
-        let mk = |d: &mut Self, n: usize| {
-            (0..n)
-                .map(|_| {
-                    let token = d.rng.hex();
-                    d.account(&ip, &[("Authorization", format!("Bearer {token}"))])
-                })
-                .collect::<Vec<_>>()
-        };
-        let (fill, probes) = (
-            mk(self, l.transfer_ip as usize * over),
-            mk(self, self.probe),
-        );
-        self.flood_drill(
-            phase,
-            "random bearer tokens (transfer)",
-            &ip,
-            format!("ip={}:sliding", l.transfer_ip),
-            l.transfer_ip as usize,
-            fill,
-            probes,
-            true,
-        )
-        .await;
+        self.random_bearer_tokens(phase, net, ":sliding", over, true)
+            .await;
 
         // Every request from a new address: only the spend cap, spread over 4 shards, holds.
         let mk = |d: &mut Self, n: usize| {
@@ -627,34 +555,84 @@ impl Drill<'_> {
         )
         .await;
 
-        let prefix = format!("2001:db8:d{net:02x}:64");
+        self.rotating_slash_64(phase, net, ":sliding", over, true)
+            .await;
+        self.boundary(phase, "192.0.2.90", true).await;
+    }
+
+    /// Random bearer tokens from one address against the transfer function's `ip` layer
+    /// (`option`: how the phase configured it, for the report), `over` times its limit.
+    async fn random_bearer_tokens(
+        &mut self,
+        phase: &'static str,
+        net: u8,
+        option: &str,
+        over: usize,
+        fresh: bool,
+    ) {
+        let (ip, limit) = (format!("198.51.{net}.10"), self.limits.transfer_ip);
+        let mk = |d: &mut Self, n: usize| {
+            (0..n)
+                .map(|_| {
+                    let token = d.rng.hex();
+                    d.account(&ip, &[("Authorization", format!("Bearer {token}"))])
+                })
+                .collect::<Vec<_>>()
+        };
+        let (fill, probes) = (mk(self, limit as usize * over), mk(self, self.probe));
+        let drill = "random bearer tokens (transfer)";
+        let limit_text = format!("ip={limit}{option}");
+        self.flood_drill(
+            phase,
+            drill,
+            &ip,
+            limit_text,
+            limit as usize,
+            fill,
+            probes,
+            fresh,
+        )
+        .await;
+    }
+
+    /// Session requests from addresses rotating inside one IPv6 /64, `over` times the `ip`
+    /// limit: one key, whatever the rotation.
+    async fn rotating_slash_64(
+        &mut self,
+        phase: &'static str,
+        net: u8,
+        option: &str,
+        over: usize,
+        fresh: bool,
+    ) {
+        let (prefix, limit) = (format!("2001:db8:d{net:02x}:64"), self.limits.session_ip);
         let mk = |d: &mut Self, n: usize| {
             (0..n)
                 .map(|_| {
                     let x = d.rng.next();
-                    let addr = format!(
-                        "{prefix}:{:x}:{:x}::{:x}",
-                        x & 0xffff,
-                        (x >> 16) & 0xffff,
-                        x >> 48
-                    );
-                    d.session(&addr, &[])
+                    let (a, b, c, e) =
+                        (x & 0xffff, (x >> 16) & 0xffff, (x >> 32) & 0xffff, x >> 48);
+                    d.session(&format!("{prefix}:{a:x}:{b:x}:{c:x}:{e:x}"), &[])
                 })
                 .collect::<Vec<_>>()
         };
-        let (fill, probes) = (mk(self, l.session_ip as usize * over), mk(self, self.probe));
+        let (fill, probes) = (mk(self, limit as usize * over), mk(self, self.probe));
+        let (drill, key) = (
+            "rotating IPv6 inside one /64 (session)",
+            format!("{prefix}::/64"),
+        );
+        let limit_text = format!("ip={limit}{option}");
         self.flood_drill(
             phase,
-            "rotating IPv6 inside one /64 (session)",
-            &format!("{prefix}::/64"),
-            format!("ip={}:sliding", l.session_ip),
-            l.session_ip as usize,
+            drill,
+            &key,
+            limit_text,
+            limit as usize,
             fill,
             probes,
-            true,
+            fresh,
         )
         .await;
-        self.boundary(phase, "192.0.2.90", true).await;
     }
 
     /// The limit's worth of session requests just before a window boundary and again just
