@@ -304,3 +304,30 @@ async fn two_keys_or_a_list_of_keys_are_400_and_nothing_happens() {
     assert_eq!(h.send(quoted).await.status(), 200);
     assert_eq!(h.records().await, 1);
 }
+
+/// A duplicate this process completed is answered from the replay cache: no claim, no upstream
+/// call, the same secret byte for byte; with the cache off the claim's `PutItem` answers it.
+#[tokio::test]
+async fn a_duplicate_seen_by_this_process_costs_no_idempotency_request() {
+    for (cache, puts) in [("10000", 0), ("0", 1)] {
+        let h = SessionHarness::new(&[("IDEMPOTENCY_CACHE_SIZE", cache)]).await;
+        let req = || {
+            SessionHarness::post("192.0.2.30", Some(r#"{"voice":"cedar"}"#))
+                .header("idempotency-key", "cached-0001-4c4e-9f0e")
+        };
+        let first = h.send(req().request()).await;
+        assert_eq!(first.status(), 200);
+        h.counter.reset();
+        let again = h.send(req().request()).await;
+        assert_eq!(again.status(), 200, "cache {cache}");
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(again.body().as_ref(), first.body().as_ref());
+        assert_eq!(
+            h.counter.get("PutItem"),
+            puts,
+            "cache {cache}: {:?}",
+            h.counter.snapshot()
+        );
+        assert_eq!(h.openai.calls().await, 1);
+    }
+}
