@@ -528,11 +528,14 @@ impl Drill<'_> {
     async fn sliding_floods(&mut self) {
         let (phase, net) = ("sliding, shards", 3u8);
         let over = if self.st.short { 2 } else { 3 };
-
-        self.random_bearer_tokens(phase, net, ":sliding", over, true)
+        // Keys never used before, so no previous window to wait out.
+        self.random_bearer_tokens(phase, net, ":sliding", over, false)
+            .await;
+        self.rotating_slash_64(phase, net, ":sliding", over, false)
             .await;
 
-        // Every request from a new address: only the spend cap, spread over 4 shards, holds.
+        // Every request from a new address: only the spend cap, spread over 4 shards, holds. A
+        // fresh window: the floods above spent some of it.
         let mk = |d: &mut Self, n: usize| {
             (0..n)
                 .map(|_| {
@@ -554,9 +557,6 @@ impl Drill<'_> {
             true,
         )
         .await;
-
-        self.rotating_slash_64(phase, net, ":sliding", over, true)
-            .await;
         self.boundary(phase, "192.0.2.90", true).await;
     }
 
