@@ -6,9 +6,11 @@ Tollgate's `Ledger::transfer`: one TransactWriteItems with the debit (conditione
 owner, currency and balance), the credit and the transfer record.
 
 Run by the Rust driver (`stress/src/bench/idempotency.rs`) against the same DynamoDB Local, with
-the same N and concurrency levels. It writes raw latencies (ms) and DynamoDB request counts (per
-HTTP attempt, from a botocore `before-send` hook) as JSON; the driver computes the statistics,
-with the same code for both sides.
+the same N and concurrency levels, once without Powertools' local cache and once with it
+(`--local-cache-size`). It writes raw latencies (ms), DynamoDB request counts (per HTTP attempt,
+from a botocore `before-send` hook) and the capacity DynamoDB reported (botocore hooks that ask
+every request for `ReturnConsumedCapacity=TOTAL` and read it back) as JSON; the driver computes
+the statistics and bills the capacity, with the same code for both sides.
 """
 
 import argparse
@@ -61,6 +63,107 @@ class Counter:
         return counts
 
 
+# The reads among the operations that report capacity: with TOTAL, DynamoDB gives one
+# CapacityUnits figure, read or write by the operation's kind (as the Rust meter counts it).
+READS = {"BatchGetItem", "GetItem", "Query", "Scan", "TransactGetItems"}
+
+
+def item_size(item):
+    """An item's size in bytes as DynamoDB counts it, by the same rule as the Rust meter's
+    `item_size` (Developer Guide, "Item sizes and formats")."""
+
+    def number(n):
+        digits = n.lstrip("-").replace(".", "").lstrip("0").rstrip("0")
+        return -(-len(digits) // 2) + 1
+
+    def value(v):
+        ((kind, x),) = v.items()
+        if kind == "S":
+            return len(x.encode())
+        if kind == "N":
+            return number(x)
+        if kind == "B":
+            return len(x)
+        if kind in ("BOOL", "NULL"):
+            return 1
+        if kind == "SS":
+            return sum(len(e.encode()) for e in x)
+        if kind == "NS":
+            return sum(number(e) for e in x)
+        if kind == "BS":
+            return sum(len(e) for e in x)
+        if kind == "L":
+            return 3 + sum(1 + value(e) for e in x)
+        if kind == "M":
+            return 3 + sum(1 + len(k.encode()) + value(e) for k, e in x.items())
+        return 0
+
+    return sum(len(name.encode()) + value(v) for name, v in item.items())
+
+
+class Capacity:
+    """The capacity DynamoDB reported, per operation, in the Rust meter's shape (OpCapacity):
+    answers with ConsumedCapacity and their units, answers without one by error code."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ops = {}
+
+    def ask(self, params, model, **_):
+        # Powertools does not ask for it, and must not have to: added to every request whose
+        # operation accepts it, as the Rust side's interceptor does.
+        if model.input_shape is None or "ReturnConsumedCapacity" not in model.input_shape.members:
+            return
+        params.setdefault("ReturnConsumedCapacity", "TOTAL")
+        if model.name == "TransactWriteItems":
+            # DynamoDB Local's figure for a transaction is per table, not AWS's per item: the
+            # request's actions are sized here, by the Rust meter's rule (add_transaction).
+            with self.lock:
+                op = self._op(model.name)
+                for action in params.get("TransactItems", []):
+                    item = action.get("Put", {}).get("Item")
+                    op["transact_items"] += 1
+                    op["transact_units"] += max(1, -(-item_size(item) // 1024)) if item else 1
+
+    def _op(self, name):
+        return self.ops.setdefault(
+            name,
+            {
+                "measured": 0,
+                "read_units": 0.0,
+                "write_units": 0.0,
+                "unmeasured": {},
+                "transact_items": 0,
+                "transact_units": 0.0,
+            },
+        )
+
+    def read(self, http_response, parsed, model, **_):
+        if model.input_shape is None or "ReturnConsumedCapacity" not in model.input_shape.members:
+            return
+        with self.lock:
+            op = self._op(model.name)
+            consumed = parsed.get("ConsumedCapacity")
+            if consumed is None:
+                code = parsed.get("Error", {}).get("Code") if http_response.status_code >= 300 else "none"
+                op["unmeasured"][code or "unknown"] = op["unmeasured"].get(code or "unknown", 0) + 1
+                return
+            for entry in consumed if isinstance(consumed, list) else [consumed]:
+                if "ReadCapacityUnits" in entry or "WriteCapacityUnits" in entry:
+                    op["read_units"] += entry.get("ReadCapacityUnits", 0.0)
+                    op["write_units"] += entry.get("WriteCapacityUnits", 0.0)
+                elif model.name in READS:
+                    op["read_units"] += entry.get("CapacityUnits", 0.0)
+                else:
+                    op["write_units"] += entry.get("CapacityUnits", 0.0)
+            op["measured"] += 1
+
+    def take(self):
+        with self.lock:
+            ops, self.ops = self.ops, {}
+        return ops
+
+
 class LambdaContextStandIn:
     """What Powertools reads from the Lambda context: a 15-minute invocation."""
 
@@ -88,10 +191,14 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--concurrency", default="1,16")
     ap.add_argument("--out", required=True)
+    # Powertools' local cache of completed records, with this many entries (0: off, the
+    # default of IdempotencyConfig); the driver passes the capacity of Tollgate's own cache.
+    ap.add_argument("--local-cache-size", type=int, default=0)
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
     counter = Counter()
+    capacity = Capacity()
     ddb = boto3.client(
         "dynamodb",
         endpoint_url=args.endpoint,
@@ -102,6 +209,8 @@ def main():
         config=Config(max_pool_connections=max(levels) * 2),
     )
     ddb.meta.events.register("before-send.dynamodb", counter.hook)
+    ddb.meta.events.register("before-parameter-build.dynamodb", capacity.ask)
+    ddb.meta.events.register("after-call.dynamodb", capacity.read)
 
     prefix = "pt-" + secrets.token_hex(4)
     idem_table, accounts, transfers = (f"{prefix}-{t}" for t in ("idempotency", "accounts", "transfers"))
@@ -122,7 +231,10 @@ def main():
         # Payload validation on the body: the same key with another body is refused.
         payload_validation_jmespath="body",
         hash_function="sha256",
-        use_local_cache=False,
+        use_local_cache=args.local_cache_size > 0,
+        # Its default is 256 entries, fewer than a phase's keys: an LRU that size would be
+        # measuring evictions, not the cache, so it gets the capacity Tollgate's cache has.
+        local_cache_max_items=max(args.local_cache_size, 1),
     )
     # As in Lambda: Powertools reads the remaining time to set the in-progress expiry.
     config.register_lambda_context(LambdaContextStandIn())
@@ -216,6 +328,7 @@ def main():
     def phase(tag, n, pairs):
         workers = len(pairs)
         counter.take()
+        capacity.take()
 
         def work(w):
             src, dst = pairs[w]
@@ -237,7 +350,12 @@ def main():
         with ThreadPoolExecutor(max_workers=workers) as pool:
             lats = list(pool.map(work, range(workers)))
         wall = time.perf_counter() - started
-        return {"lat_ms": [x for lat in lats for x in lat], "requests": counter.take(), "wall_s": wall}
+        return {
+            "lat_ms": [x for lat in lats for x in lat],
+            "requests": counter.take(),
+            "capacity": capacity.take(),
+            "wall_s": wall,
+        }
 
     results = {}
     for c in levels:
@@ -246,7 +364,8 @@ def main():
         new = phase(f"k{c}", args.n, pairs)
         dup = phase(f"k{c}", args.n, pairs)
         per = lambda p: sum(p["requests"].values()) / max(1, len(p["lat_ms"]))  # noqa: E731
-        print(f"powertools c={c}: new {per(new):.2f} req/op, dup {per(dup):.2f} req/op", flush=True)
+        cache = f"local cache {args.local_cache_size}" if args.local_cache_size else "no local cache"
+        print(f"powertools c={c} ({cache}): new {per(new):.2f} req/op, dup {per(dup):.2f} req/op", flush=True)
         results[str(c)] = {"new": new, "dup": dup}
 
     with open(args.out, "w") as f:

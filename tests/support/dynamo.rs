@@ -13,6 +13,7 @@ use aws_sdk_dynamodb::Client;
 use tollgate::catalog;
 use tollgate_template::{self as template, TableDef};
 
+use crate::capacity::CapacityMeter;
 use crate::counting::RequestCounter;
 
 /// DynamoDB Local's endpoint, from `DYNAMODB_ENDPOINT`.
@@ -30,14 +31,27 @@ pub fn client() -> (Client, RequestCounter) {
 /// A counting client for an explicit endpoint (a fault proxy in front of DynamoDB Local).
 pub fn client_at(endpoint: &str) -> (Client, RequestCounter) {
     let counter = RequestCounter::default();
-    let config = aws_sdk_dynamodb::Config::builder()
+    let config = config_at(endpoint).interceptor(counter.clone()).build();
+    (Client::from_conf(config), counter)
+}
+
+/// A client for DynamoDB Local that counts what it sends and asks every request for the
+/// capacity it consumed ([`CapacityMeter`]): for the bench's capacity figures.
+pub fn metered_client() -> (Client, RequestCounter, CapacityMeter) {
+    let (counter, meter) = (RequestCounter::default(), CapacityMeter::default());
+    let config = config_at(&endpoint())
+        .interceptor(counter.clone())
+        .interceptor(meter.clone())
+        .build();
+    (Client::from_conf(config), counter, meter)
+}
+
+fn config_at(endpoint: &str) -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
         .endpoint_url(endpoint)
-        .interceptor(counter.clone())
-        .build();
-    (Client::from_conf(config), counter)
 }
 
 /// Names of one test's own tables.

@@ -7,6 +7,7 @@
 //! The stress harness (`stress/`, `tollgate-stress`) builds on the same library: its fault
 //! proxy, OpenAI stand-in, event builder and tables are these, so each exists once.
 
+pub mod capacity;
 pub mod cli_args;
 pub mod counting;
 pub mod dynamo;

@@ -13,6 +13,9 @@
 //! - **Peak memory**: `VmHWM` (peak resident set) from `/proc/<pid>/status` once the process
 //!   has served everything, the figure Lambda's `Max Memory Used` reports.
 //! - **Size**: the binary Lambda would run (`bootstrap`).
+//! - **Variants**: the requests the cost per million needs that the main stack does not make
+//!   (a replay without the replay cache, a session refused by a full `ip` layer with and without
+//!   the block cache), each warm in one process of a stack configured for it ([`VARIANTS`]).
 //!
 //! Each request's answer is checked (status, and `Idempotent-Replayed` on replays): a
 //! benchmark that timed errors would be measuring the wrong thing, so a wrong answer fails it.
@@ -43,6 +46,53 @@ fn limits() -> Limits {
         "ip=100000000/1d,client=100000000/1d",
     )
 }
+
+/// The variants' limits: one session per address and day, so after the first every session from
+/// that address is refused by `ip`; transfers as above.
+fn variant_limits() -> Limits {
+    Limits::new(
+        "ip=1/1d,global=100000000/1d",
+        "ip=100000000/1d,client=100000000/1d",
+    )
+}
+
+/// The scenarios the cost per million reads, by name.
+pub const NEW_TRANSFER: &str = "`POST /transfers`, new key";
+pub const REPLAY: &str = "`POST /transfers`, same key and body again (replay)";
+pub const SESSION: &str = "`POST /session` (upstream: the local stand-in)";
+pub const REPLAY_UNCACHED: &str = "`POST /transfers` replay, `IDEMPOTENCY_CACHE_SIZE=0`";
+pub const SESSION_REFUSED: &str = "`POST /session` refused by `ip` (429), block cache on";
+pub const SESSION_REFUSED_UNCACHED: &str =
+    "`POST /session` refused by `ip` (429), `RATE_LIMIT_BLOCK_CACHE_SIZE=0`";
+
+/// A stack configured for some of the variant scenarios.
+struct VariantStack {
+    name: &'static str,
+    /// Variables on top of the main stack's.
+    env: &'static [(&'static str, &'static str)],
+    /// Whether its transfer process times uncached replays.
+    replay: bool,
+    /// The refused-session scenario its ephemeral-key process times.
+    refused: &'static str,
+}
+
+const VARIANTS: &[VariantStack] = &[
+    VariantStack {
+        name: "bench-nocache",
+        env: &[
+            ("IDEMPOTENCY_CACHE_SIZE", "0"),
+            ("RATE_LIMIT_BLOCK_CACHE_SIZE", "0"),
+        ],
+        replay: true,
+        refused: SESSION_REFUSED_UNCACHED,
+    },
+    VariantStack {
+        name: "bench-cached",
+        env: &[],
+        replay: false,
+        refused: SESSION_REFUSED,
+    },
+];
 
 /// The two function binaries, and the profile they were built with (for the report).
 #[derive(Debug, Clone)]
@@ -82,6 +132,16 @@ pub struct FunctionFigures {
     pub peak_mib: f64,
 }
 
+/// One variant scenario, warm.
+#[derive(Debug, Serialize)]
+pub struct Variant {
+    pub function: &'static str,
+    pub name: &'static str,
+    /// The variables it ran with beyond the main stack's (`NAME=value, ...`).
+    pub env: String,
+    pub warm: Quantiles,
+}
+
 /// Part 3's figures.
 #[derive(Debug, Serialize)]
 pub struct Figures {
@@ -91,8 +151,27 @@ pub struct Figures {
     pub warmup: usize,
     pub n: usize,
     pub limits: Limits,
+    pub variant_limits: Limits,
     pub memory_goal_mb: f64,
     pub functions: Vec<FunctionFigures>,
+    pub variants: Vec<Variant>,
+}
+
+impl Figures {
+    /// The warm median of the scenario or variant called `name`.
+    pub fn warm_median(&self, name: &str) -> Option<f64> {
+        self.functions
+            .iter()
+            .flat_map(|f| f.warm.iter())
+            .find(|(scenario, _)| *scenario == name)
+            .map(|(_, q)| q.median)
+            .or_else(|| {
+                self.variants
+                    .iter()
+                    .find(|v| v.name == name)
+                    .map(|v| v.warm.median)
+            })
+    }
 }
 
 pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
@@ -102,14 +181,7 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         transfer_instances: 0,
         session_instances: Some(0),
         fault_proxy: false,
-        env: [
-            ("RUST_LOG".into(), "info".into()),
-            ("KILL_SWITCH_CACHE_SECONDS".into(), "5".into()),
-            ("SECRETS_TTL_SECONDS".into(), "300".into()),
-        ]
-        .into_iter()
-        .chain(limits().env())
-        .collect(),
+        env: base_env().into_iter().chain(limits().env()).collect(),
         name: "bench",
     })
     .await
@@ -123,33 +195,18 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         .await
         .map_err(|e| BenchError::Setup(e.to_string()))?;
     let auth = format!("Bearer {}", fixture.token);
-    // The replay scenario sends the very requests the new-key scenario sent before it.
-    let run_id = random_hex(4);
-    let new_transfer = || -> Box<dyn Fn(usize) -> Event + Send + Sync> {
-        let (auth, from, to, run_id) = (
-            auth.clone(),
-            fixture.accounts[0].clone(),
-            fixture.accounts[1].clone(),
-            run_id.clone(),
-        );
-        Box::new(move |i| {
-            Event::post("/transfers")
-                .header("authorization", &auth)
-                .header("idempotency-key", &format!("{run_id}-{i}"))
-                .json(&serde_json::json!({"from": from, "to": to, "amount": 1, "memo": format!("bench {i}")}))
-        })
-    };
+    let new_transfer = transfers(&fixture);
     let account = format!("/accounts/{}", fixture.accounts[0]);
     let get_auth = auth.clone();
     let transfer_scenarios = vec![
         Scenario {
-            name: "`POST /transfers`, new key",
+            name: NEW_TRANSFER,
             expect: 201,
             replayed: false,
             event: new_transfer(),
         },
         Scenario {
-            name: "`POST /transfers`, same key and body again (replay)",
+            name: REPLAY,
             expect: 201,
             replayed: true,
             event: new_transfer(),
@@ -164,7 +221,7 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
     ];
     let session_scenarios = vec![
         Scenario {
-            name: "`POST /session` (upstream: the local stand-in)",
+            name: SESSION,
             expect: 200,
             replayed: false,
             event: Box::new(|_| Event::post("/session").json(&serde_json::json!({}))),
@@ -208,14 +265,7 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         let pid = function.spawn_instance().await?;
         let mut warm = Vec::new();
         for scenario in scenarios {
-            for i in 0..WARMUP {
-                invoke(function, scenario, 1_000_000 + i).await?;
-            }
-            let mut lat = Vec::with_capacity(n);
-            for i in 0..n {
-                lat.push(invoke(function, scenario, i).await?);
-            }
-            warm.push((scenario.name, Quantiles::of(&lat)));
+            warm.push((scenario.name, warm_latency(function, scenario, n).await?));
         }
         let warm_peak_kb = peak_kb(pid)?;
         function.stop().await;
@@ -236,6 +286,11 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         });
     }
     stack.stop(false).await;
+    let mut variants = Vec::new();
+    for v in VARIANTS {
+        println!("part 3: variants ({})", v.name);
+        variants.extend(run_variant(binaries, n, v).await?);
+    }
     Ok(Figures {
         profile: binaries.profile.clone(),
         target: format!("{}-unknown-linux-gnu", std::env::consts::ARCH),
@@ -243,9 +298,156 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         warmup: WARMUP,
         n,
         limits: limits(),
+        variant_limits: variant_limits(),
         memory_goal_mb: MEMORY_GOAL_MB,
         functions,
+        variants,
     })
+}
+
+/// The main stack's variables other than the limits (the variants add theirs on top).
+fn base_env() -> Vec<(String, String)> {
+    vec![
+        ("RUST_LOG".into(), "info".into()),
+        ("KILL_SWITCH_CACHE_SECONDS".into(), "5".into()),
+        ("SECRETS_TTL_SECONDS".into(), "300".into()),
+    ]
+}
+
+/// `POST /transfers` of 1 between the fixture's two accounts under key `<run>-<i>`: the same
+/// closure twice gives the new-key scenario and its replay (the very same requests again).
+fn transfers(fixture: &stack::Seeded) -> impl Fn() -> Box<dyn Fn(usize) -> Event + Send + Sync> {
+    let auth = format!("Bearer {}", fixture.token);
+    let (from, to) = (fixture.accounts[0].clone(), fixture.accounts[1].clone());
+    let run_id = random_hex(4);
+    move || {
+        let (auth, from, to, run_id) = (auth.clone(), from.clone(), to.clone(), run_id.clone());
+        Box::new(move |i| {
+            Event::post("/transfers")
+                .header("authorization", &auth)
+                .header("idempotency-key", &format!("{run_id}-{i}"))
+                .json(&serde_json::json!({"from": from, "to": to, "amount": 1, "memo": format!("bench {i}")}))
+        })
+    }
+}
+
+/// [`WARMUP`] requests, then `n` timed, in the function's one warm process.
+async fn warm_latency(
+    function: &Function,
+    scenario: &Scenario,
+    n: usize,
+) -> Result<Quantiles, BenchError> {
+    for i in 0..WARMUP {
+        invoke(function, scenario, 1_000_000 + i).await?;
+    }
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n {
+        lat.push(invoke(function, scenario, i).await?);
+    }
+    Ok(Quantiles::of(&lat))
+}
+
+/// One variant stack: with `replay`, a transfer process sends the new-key requests (untimed)
+/// and then times their replays; then an ephemeral-key process has one session admitted from an
+/// address and times the refusals of the sessions after it (scenario `refused`).
+async fn run_variant(
+    binaries: &Binaries,
+    n: usize,
+    v: &VariantStack,
+) -> Result<Vec<Variant>, BenchError> {
+    let (name, replay, refused) = (v.name, v.replay, v.refused);
+    let extra: Vec<(String, String)> = v
+        .env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let stack = Stack::start(stack::Options {
+        bin_dir: &binaries.dir,
+        transfer_instances: 0,
+        session_instances: Some(0),
+        fault_proxy: false,
+        env: base_env()
+            .into_iter()
+            .chain(variant_limits().env())
+            .chain(extra.iter().cloned())
+            .collect(),
+        name,
+    })
+    .await
+    .map_err(|e| BenchError::Setup(format!("part 3's {name} stack: {e}")))?;
+    let described = match extra.is_empty() {
+        true => "none".to_string(),
+        false => extra
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let mut out = Vec::new();
+    if replay {
+        let fixture = stack
+            .seed(name, &[1_000_000_000_000, 0])
+            .await
+            .map_err(|e| BenchError::Setup(e.to_string()))?;
+        let new_transfer = transfers(&fixture);
+        let (new, again) = (
+            Scenario {
+                name: NEW_TRANSFER,
+                expect: 201,
+                replayed: false,
+                event: new_transfer(),
+            },
+            Scenario {
+                name: REPLAY_UNCACHED,
+                expect: 201,
+                replayed: true,
+                event: new_transfer(),
+            },
+        );
+        stack.transfer.spawn_instance().await?;
+        warm_latency(&stack.transfer, &new, n).await?;
+        out.push(Variant {
+            function: catalog::TRANSFER.name,
+            name: REPLAY_UNCACHED,
+            env: described.clone(),
+            warm: warm_latency(&stack.transfer, &again, n).await?,
+        });
+    }
+    let session = stack
+        .ephemeral_key
+        .clone()
+        .ok_or_else(|| BenchError::Setup(format!("the {name} stack has no ephemeral-key")))?;
+    let post = || -> Box<dyn Fn(usize) -> Event + Send + Sync> {
+        Box::new(|_| {
+            Event::post("/session")
+                .from_ip("198.51.100.20")
+                .json(&serde_json::json!({}))
+        })
+    };
+    let (first, refusals) = (
+        Scenario {
+            name: SESSION,
+            expect: 200,
+            replayed: false,
+            event: post(),
+        },
+        Scenario {
+            name: refused,
+            expect: 429,
+            replayed: false,
+            event: post(),
+        },
+    );
+    session.spawn_instance().await?;
+    invoke(&session, &first, 0).await?;
+    out.push(Variant {
+        function: catalog::EPHEMERAL_KEY.name,
+        name: refused,
+        env: described,
+        warm: warm_latency(&session, &refusals, n).await?,
+    });
+    stack.stop(false).await;
+    Ok(out)
 }
 
 /// A `GET` of a route neither function has: the router's 404, which comes before the kill

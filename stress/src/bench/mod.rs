@@ -1,14 +1,19 @@
 //! `bench`: the figures in `docs/benchmarks.md`, every one from one run.
 //!
 //! 1. [`idempotency`]: Tollgate's `Ledger::transfer` against AWS Lambda Powertools for
-//!    Python's `@idempotent_function` doing the same transaction (run in its venv).
-//! 2. [`limiter`]: `RateLimiter::check` against a bare conditional `UpdateItem`, and what a
-//!    rejection costs with and without the block cache.
+//!    Python's `@idempotent_function` doing the same transaction (run in its venv), without
+//!    local caches and with them, with the capacity each request consumed ([`capacity`]).
+//! 2. [`limiter`]: `RateLimiter::check` against a bare conditional `UpdateItem`, sliding
+//!    windows against fixed ones, what a rejection and a session cost with and without the
+//!    block cache, and admissions per second through 1 shard against 8.
 //! 3. [`binaries`]: each function's binary as Lambda runs it, in the harness's function pool
 //!    under its runtime API emulator ([`crate::lambda`]): cold start, warm latency, peak memory,
 //!    size.
 //! 4. [`schemathesis`]: Schemathesis against `openapi.yaml`, through the harness's HTTP front
 //!    to the same kind of function processes.
+//!
+//! With parts 1 to 3, [`cost`] prices each kind of request per million (DynamoDB on-demand
+//! units plus Lambda arm64 at the template's memory and part 3's warm durations).
 //!
 //! All four share one DynamoDB Local (`DYNAMODB_ENDPOINT`, which `cargo xtask bench` starts in
 //! memory), each part on tables of its own. `cargo xtask bench` also builds the binaries and
@@ -16,6 +21,8 @@
 //! and [`report`] renders the figures through `templates/bench*.md`, where all the prose is.
 
 mod binaries;
+mod capacity;
+mod cost;
 mod idempotency;
 mod limiter;
 mod report;
@@ -125,14 +132,30 @@ pub enum BenchError {
     },
     #[error(transparent)]
     Lambda(#[from] crate::lambda::Error),
-    #[error("the report: {0}")]
-    Report(#[from] minijinja::Error),
+    /// With the causes of the error: an error in an included template is otherwise only
+    /// "could not render include".
+    #[error("the report: {error}{}", causes(error))]
+    Report {
+        #[from]
+        error: minijinja::Error,
+    },
     #[error("{what}: {source}")]
     Io {
         what: String,
         #[source]
         source: std::io::Error,
     },
+}
+
+/// `: cause: its cause ...` for each error under `e`.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = String::new();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(&format!(": {cause}"));
+        next = cause.source();
+    }
+    out
 }
 
 impl BenchError {
@@ -174,6 +197,12 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
     if parts.contains(&3) {
         println!("part 3: the functions' binaries under the runtime API emulator");
         figures.binaries = Some(binaries::run(&bins, n).await?);
+    }
+    if let (Some(i), Some(l), Some(b)) = (&figures.idempotency, &figures.limiter, &figures.binaries)
+    {
+        let path = workspace_root().join("template.yaml");
+        let template = std::fs::read_to_string(&path).map_err(BenchError::io(path.display()))?;
+        figures.cost = Some(cost::assemble(i, l, b, cost::Deployed::read(&template)?)?);
     }
     if parts.contains(&4) {
         println!("part 4: Schemathesis against openapi.yaml through the HTTP front");

@@ -32,6 +32,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         "bench-schemathesis.md",
         include_str!("../../templates/bench-schemathesis.md"),
     ),
+    (
+        "bench-cost.md",
+        include_str!("../../templates/bench-cost.md"),
+    ),
 ];
 
 /// Everything the report shows; a part that did not run is `None`.
@@ -50,6 +54,8 @@ pub struct Figures {
     pub idempotency: Option<Idempotency>,
     pub limiter: Option<Limiter>,
     pub binaries: Option<super::binaries::Figures>,
+    /// With parts 1 to 3: the cost per million requests of each kind.
+    pub cost: Option<super::cost::Cost>,
     pub schemathesis: Option<Schemathesis>,
 }
 
@@ -68,6 +74,7 @@ impl Figures {
             idempotency: None,
             limiter: None,
             binaries: None,
+            cost: None,
             schemathesis: None,
         }
     }
