@@ -27,6 +27,7 @@ pub mod clock;
 pub mod config;
 pub mod cooldown;
 pub mod cors;
+pub mod expiring;
 pub mod gate;
 pub mod http;
 pub mod idempotency;

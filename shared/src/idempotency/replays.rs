@@ -7,52 +7,35 @@
 //! expired copy is never used. In-progress records are not kept: their answer changes. What is
 //! not here, the store answers.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use crate::clock::UnixMillis;
+use crate::expiring::Expiring;
 
 use super::record::{Existing, Scope, StoredResponse};
 
 /// The default number of responses kept (`IDEMPOTENCY_CACHE_SIZE`).
 pub const DEFAULT_REPLAY_CACHE_SIZE: usize = 10_000;
 
+/// A bounded map from scope to completed record (its fingerprint and response) until the
+/// record's expiry; capacity 0 keeps nothing.
 #[derive(Debug)]
-struct Kept {
-    fingerprint: String,
-    response: StoredResponse,
-    /// The record's expiry, in milliseconds.
-    until: UnixMillis,
-}
-
-/// A bounded map from scope to completed record; capacity 0 keeps nothing.
-#[derive(Debug)]
-pub struct ReplayCache {
-    capacity: usize,
-    kept: Mutex<HashMap<String, Kept>>,
-}
+pub struct ReplayCache(Expiring<(String, StoredResponse)>);
 
 impl ReplayCache {
     pub fn new(capacity: usize) -> Self {
-        Self {
-            capacity,
-            kept: Mutex::new(HashMap::new()),
-        }
+        Self(Expiring::new(capacity))
     }
 
     /// What a request with `fingerprint` finds under `scope`, if a live completed record is kept.
     pub fn get(&self, scope: &Scope, fingerprint: &str, now_ms: UnixMillis) -> Option<Existing> {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        let record = kept.get(scope.pk()).filter(|k| k.until > now_ms)?;
-        Some(match record.fingerprint == fingerprint {
-            true => Existing::Replay(record.response.clone()),
+        let (kept, response) = self.0.get(scope.pk(), now_ms)?;
+        Some(match kept == fingerprint {
+            true => Existing::Replay(response),
             false => Existing::KeyReused,
         })
     }
 
     /// Keeps a completed record (the scope's `pk`; `expires_at` in seconds, as stored) until it
-    /// expires. At
-    /// capacity, expired copies go first, then the one expiring soonest.
+    /// expires. At capacity, expired copies go first, then the one expiring soonest.
     pub fn insert(
         &self,
         pk: &str,
@@ -61,39 +44,17 @@ impl ReplayCache {
         expires_at: u64,
         now_ms: UnixMillis,
     ) {
+        let value = (fingerprint.to_string(), response.clone());
         let until = expires_at.saturating_mul(1000);
-        if self.capacity == 0 || until <= now_ms {
-            return;
-        }
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() >= self.capacity && !kept.contains_key(pk) {
-            kept.retain(|_, k| k.until > now_ms);
-            if kept.len() >= self.capacity {
-                let soonest = kept
-                    .iter()
-                    .min_by_key(|(_, k)| k.until)
-                    .map(|(pk, _)| pk.clone());
-                if let Some(pk) = soonest {
-                    kept.remove(&pk);
-                }
-            }
-        }
-        kept.insert(
-            pk.to_string(),
-            Kept {
-                fingerprint: fingerprint.to_string(),
-                response: response.clone(),
-                until,
-            },
-        );
+        self.0.insert(pk.to_string(), value, until, now_ms);
     }
 
     pub fn len(&self) -> usize {
-        self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.0.is_empty()
     }
 }
 

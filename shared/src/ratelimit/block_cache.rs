@@ -7,84 +7,59 @@
 //! long an operator's `tollgate limits reset` takes to reach warm instances; meanwhile a flood
 //! costs one write per key per `max_age` per instance.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::UnixMillis;
+use crate::expiring::Expiring;
 
 use super::decision::Decision;
 
 /// A bounded map from counter key to the rejection that filled it.
 #[derive(Debug)]
 pub struct BlockCache {
-    capacity: usize,
     max_age_ms: u64,
-    /// The rejection, and until when it is remembered.
-    entries: Mutex<HashMap<String, (Decision, UnixMillis)>>,
+    /// The rejection, until it is remembered no longer.
+    entries: Expiring<Decision>,
 }
 
 impl BlockCache {
     /// A cache holding at most `capacity` keys (0 disables it), each for at most `max_age`.
     pub fn new(capacity: usize, max_age: Duration) -> Self {
         Self {
-            capacity,
             max_age_ms: max_age.as_millis() as u64,
-            entries: Mutex::new(HashMap::new()),
+            entries: Expiring::new(capacity),
         }
     }
 
     /// The rejection for `key` if its window has not ended yet.
     pub fn get(&self, key: &str, now_ms: UnixMillis) -> Option<Decision> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(key)
-            .filter(|(_, until)| *until > now_ms)
-            .map(|(d, _)| Decision {
-                now_ms,
-                remaining: 0,
-                ..*d
-            })
+        let d = self.entries.get(key, now_ms)?;
+        Some(Decision {
+            now_ms,
+            remaining: 0,
+            ..d
+        })
     }
 
-    /// Remembers that `key` is full until `decision.reset_at_ms`.
+    /// Remembers that `key` is full until `decision.reset_at_ms` (at most `max_age`).
     pub fn insert(&self, key: String, decision: Decision) {
-        if self.capacity == 0 {
-            return;
-        }
         let now_ms = decision.now_ms;
         let until = decision.reset_at_ms.min(now_ms + self.max_age_ms);
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= self.capacity && !entries.contains_key(&key) {
-            entries.retain(|_, (_, u)| *u > now_ms);
-            if entries.len() >= self.capacity {
-                if let Some(soonest) = entries
-                    .iter()
-                    .min_by_key(|(_, (_, u))| *u)
-                    .map(|(k, _)| k.clone())
-                {
-                    entries.remove(&soonest);
-                }
-            }
-        }
-        entries.insert(key, (decision, until));
+        self.entries.insert(key, decision, until, now_ms);
     }
 
-    /// Forgets `key` (after an operator reset).
+    /// Forgets `key` (after an operator reset, or a refund).
     pub fn remove(&self, key: &str) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        self.entries.remove(key);
     }
 
     /// Number of keys held (ended windows included until the next prune).
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.entries.is_empty()
     }
 }
 

@@ -50,7 +50,8 @@ impl LimiterError {
 #[derive(Debug, Clone)]
 pub(super) struct Counter {
     pub pk: String,
-    /// The item of the window before (what a sliding layer reads as its previous window).
+    /// The item of the window before, which a sliding layer reads as its previous window
+    /// (empty for a fixed layer, which never reads it).
     pub previous_pk: String,
     pub start: UnixMillis,
     pub end: UnixMillis,
@@ -77,7 +78,10 @@ impl Counter {
         let len = end - start;
         Self {
             pk: format!("{base}#{}", start / 1000),
-            previous_pk: format!("{base}#{}", start.saturating_sub(len) / 1000),
+            previous_pk: match limit.is_sliding() {
+                true => format!("{base}#{}", start.saturating_sub(len) / 1000),
+                false => String::new(),
+            },
             start,
             end,
             limit: limit.shard_limit(shard),
@@ -100,15 +104,16 @@ impl Counter {
     }
 }
 
-/// What an increment found.
-pub(super) enum Increment {
-    /// Counted: the decision, the slot incremented (sliding), and, when this admission took
-    /// the item's last unit, when it would admit again (for the block cache).
-    Counted {
-        decision: Decision,
-        slot: Option<usize>,
-        full_until: Option<UnixMillis>,
-    },
+/// A counted request: the decision, the slot incremented (sliding), and, when this admission
+/// took the item's last unit, when it would admit again (for the block cache).
+pub(super) struct Counted {
+    pub decision: Decision,
+    pub slot: Option<usize>,
+    pub full_until: Option<UnixMillis>,
+}
+
+/// Why a counter did not count a request.
+pub(super) enum Refusal {
     /// The item is full: nothing was counted. The decision's reset is when a request would be
     /// admitted again.
     Full(Decision),
@@ -167,7 +172,7 @@ impl Store {
         limit: &RateLimit,
         previous: &Slots,
         now_ms: UnixMillis,
-    ) -> Increment {
+    ) -> Result<Counted, Refusal> {
         let slot = counter
             .sliding
             .then(|| sliding::slot_at(counter.start, counter.len(), now_ms));
@@ -226,11 +231,11 @@ impl Store {
                     let full = self.decision(counter, limit, previous, seen, count, now_ms, true);
                     full.reset_at_ms
                 });
-                Increment::Counted {
+                Ok(Counted {
                     decision,
                     slot,
                     full_until,
-                }
+                })
             }
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
@@ -245,9 +250,9 @@ impl Store {
                 tracing::debug!(pk = counter.pk, count = old.count, "counter full");
                 let decision =
                     self.decision(counter, limit, previous, old, old.count, now_ms, true);
-                Increment::Full(decision)
+                Err(Refusal::Full(decision))
             }
-            Err(e) => Increment::Store(LimiterError::new("increment", e)),
+            Err(e) => Err(Refusal::Store(LimiterError::new("increment", e))),
         }
     }
 

@@ -1,19 +1,18 @@
 //! The limiter: the layers of one request counted in order, each in one counter item (or in
 //! one of its shards), with the block cache in front and the refunds behind.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::Client;
 
 use crate::clock::{SharedClock, UnixMillis};
+use crate::expiring::Expiring;
 
 use super::block_cache::BlockCache;
 pub use super::counter::LimiterError;
-use super::counter::{Counter, Increment, Store};
+use super::counter::{Counter, Refusal, Store};
 use super::decision::Decision;
 use super::sliding::{Slots, SLOTS};
 use super::spec::{Layer, RateLimit};
@@ -48,7 +47,7 @@ pub enum Verdict {
 
 /// A counter one request incremented.
 #[derive(Debug, Clone)]
-struct Counted {
+struct Held {
     pk: String,
     /// The slot incremented, for a sliding layer.
     slot: Option<usize>,
@@ -61,7 +60,7 @@ struct Counted {
 /// give back if the request is refused later, and the tightest decision for the response fields.
 #[derive(Debug, Default)]
 pub struct Admission {
-    counted: Vec<Counted>,
+    counted: Vec<Held>,
     tightest: Option<Decision>,
 }
 
@@ -109,36 +108,6 @@ pub struct Usage {
     pub window_ends_at: u64,
 }
 
-/// The previous window's slots of the sliding counters this process has used, read once per
-/// key and window (a window that has ended no longer changes).
-#[derive(Debug, Default)]
-struct PreviousWindows(Mutex<HashMap<String, (Slots, UnixMillis)>>);
-
-impl PreviousWindows {
-    fn get(&self, pk: &str, now_ms: UnixMillis) -> Option<Slots> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(pk)
-            .filter(|(_, until)| *until > now_ms)
-            .map(|(s, _)| *s)
-    }
-
-    /// Keeps `slots` as `pk`'s until `until` (the end of the window reading them).
-    fn insert(&self, pk: String, slots: Slots, until: UnixMillis, now_ms: UnixMillis) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= PREVIOUS_CAPACITY {
-            map.retain(|_, (_, u)| *u > now_ms);
-            if map.len() >= PREVIOUS_CAPACITY {
-                map.clear();
-            }
-        }
-        map.insert(pk, (slots, until));
-    }
-
-    fn remove(&self, pk: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(pk);
-    }
-}
-
 /// The limiter over a DynamoDB table with a string partition key `pk`: fixed or sliding
 /// windows, each layer in one item or spread over shards.
 #[derive(Debug)]
@@ -147,7 +116,10 @@ pub struct RateLimiter {
     scope: String,
     clock: SharedClock,
     blocked: BlockCache,
-    previous: PreviousWindows,
+    /// The previous window's slots of the sliding counters this process has used, read once
+    /// per key and window (a window that has ended no longer changes), kept until the window
+    /// reading them ends.
+    previous: Expiring<Slots>,
     /// Where the next sharded check starts, so a process spreads its writes evenly.
     next_shard: AtomicU32,
 }
@@ -170,7 +142,7 @@ impl RateLimiter {
             scope: scope.into(),
             clock,
             blocked: BlockCache::new(0, DEFAULT_BLOCK_CACHE_MAX_AGE),
-            previous: PreviousWindows::default(),
+            previous: Expiring::new(PREVIOUS_CAPACITY),
             // Processes start at different shards.
             next_shard: AtomicU32::new(random_u32()),
         }
@@ -228,6 +200,10 @@ impl RateLimiter {
     }
 
     fn blocked_at(&self, checks: &[LimitCheck<'_>], now_ms: UnixMillis) -> Option<Decision> {
+        // The usual case, and no key to build for it.
+        if self.blocked.is_empty() {
+            return None;
+        }
         checks
             .iter()
             .find_map(|check| self.layer_blocked(check, now_ms))
@@ -245,7 +221,7 @@ impl RateLimiter {
 
     /// Counts the request in one of the layer's shards: starting from this process's next
     /// shard, skipping those known full, trying at most [`SHARD_TRIES`].
-    async fn count(&self, check: &LimitCheck<'_>, now_ms: UnixMillis) -> Result<Counted, Refusal> {
+    async fn count(&self, check: &LimitCheck<'_>, now_ms: UnixMillis) -> Result<Held, Refusal> {
         let shards = check.limit.shards();
         let first = match shards {
             1 => 0,
@@ -274,11 +250,11 @@ impl RateLimiter {
                 .increment(&counter, check.limit, &previous, now_ms)
                 .await
             {
-                Increment::Counted {
+                Ok(super::counter::Counted {
                     decision,
                     slot,
                     full_until,
-                } => {
+                }) => {
                     if let Some(until) = full_until {
                         let full = Decision {
                             remaining: 0,
@@ -287,18 +263,18 @@ impl RateLimiter {
                         };
                         self.blocked.insert(counter.pk.clone(), full);
                     }
-                    return Ok(Counted {
+                    return Ok(Held {
                         pk: counter.pk,
                         slot,
                         window_end_ms: counter.end,
                         decision,
                     });
                 }
-                Increment::Full(decision) => {
+                Err(Refusal::Full(decision)) => {
                     self.blocked.insert(counter.pk, decision);
                     full = Some(sooner(full, decision));
                 }
-                Increment::Store(e) => return Err(Refusal::Store(e)),
+                Err(store) => return Err(store),
             }
         }
         Err(Refusal::Full(full.expect(
@@ -410,12 +386,6 @@ impl RateLimiter {
             _ => key,
         }
     }
-}
-
-/// Why a layer did not count a request.
-enum Refusal {
-    Full(Decision),
-    Store(LimiterError),
 }
 
 /// A random start, so that processes spread over shards differently; 0 without randomness.
