@@ -23,6 +23,7 @@ use tollgate::catalog;
 use tollgate::config::ConfigError;
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
+use tollgate::idempotency::AbsentKeys;
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::serve::Parts;
 use tollgate::ApiError;
@@ -76,6 +77,7 @@ impl tollgate::serve::Function for App {
                 settings,
                 upstream,
                 idempotency,
+                absent: AbsentKeys::new(parts.gate.settings().block_cache_capacity),
                 cooldown: Cooldown::new(parts.clock),
             },
             gate: parts.gate,

@@ -29,11 +29,12 @@ use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
 use tollgate::http::json_response;
 use tollgate::idempotency::{
-    fingerprint, Claim, Existing, IdempotencyKey, IdempotencyStore, Lease, Scope, StoredResponse,
+    fingerprint, AbsentKeys, Claim, Existing, IdempotencyKey, IdempotencyStore, Lease, Scope,
+    StoredResponse,
 };
 use tollgate::internal::secrets_equal;
 use tollgate::json::strict_object;
-use tollgate::ratelimit::{Admission, Layer};
+use tollgate::ratelimit::{Admission, Decision, Layer};
 use tollgate::ApiError;
 
 use crate::error::SessionError;
@@ -52,6 +53,9 @@ pub struct Sessions {
     pub settings: SessionSettings,
     pub upstream: Upstream,
     pub idempotency: IdempotencyStore,
+    /// Keys a refused request was looked up for and found without a record (bounded and
+    /// aged like the block cache: `RATE_LIMIT_BLOCK_CACHE_SIZE`, `RATE_LIMIT_BLOCK_CACHE_SECONDS`).
+    pub absent: AbsentKeys,
     pub cooldown: Cooldown,
 }
 
@@ -71,30 +75,61 @@ impl Sessions {
         admission: &mut Admission,
     ) -> Result<Response<Body>, SessionError> {
         let caller = gate.front(req).await?;
-        self.cooling_down()?;
         let ip = caller.addr.to_string();
         // Validated first but answered after the `ip` layer: an invalid request costs its `ip`
         // unit (lesson 002) and no `global` unit, since it never calls upstream. A valid one is
         // counted in both with one check, so a full layer in the block cache costs no write.
         let parsed = self.parse(gate, req);
+        let keyed = match &parsed {
+            Ok((_, canonical, Some(key))) => Some((
+                Scope::new(&ip, crate::FUNCTION.route, key),
+                fingerprint(canonical),
+            )),
+            _ => None,
+        };
+        // The retry of a request this process has answered is that answer again, before any
+        // limit and any cooldown: it calls nothing upstream and costs no DynamoDB request, so
+        // it needs no quota, and a layer that filled since must not refuse it.
+        if let Some((scope, fingerprint)) = &keyed {
+            if let Some(Existing::Replay(stored)) = self.idempotency.cached(scope, fingerprint) {
+                tracing::info!(
+                    decision = "replayed",
+                    source = "replay_cache",
+                    "idempotent replay"
+                );
+                return Ok(stored.replay());
+            }
+        }
+        self.cooling_down()?;
         let layers: &[(Layer, &str)] = match parsed {
             Ok(_) => &[(Layer::Ip, &ip), (Layer::Global, "")],
             Err(_) => &[(Layer::Ip, &ip)],
         };
-        gate.limit(admission, &caller, layers).await?;
-        let (voice, canonical, key) = parsed?;
+        if let Err(refused) = gate.limit(admission, &caller, layers).await {
+            if let (ApiError::RateLimited(decision), Some((scope, fingerprint))) =
+                (&refused, &keyed)
+            {
+                if let Some(stored) = self
+                    .replay_refused(gate, scope, fingerprint, decision)
+                    .await
+                {
+                    return Ok(stored.replay());
+                }
+            }
+            return Err(refused.into());
+        }
+        let (voice, _, _) = parsed?;
 
-        let lease = match &key {
+        let lease = match &keyed {
             None => None,
-            Some(key) => {
-                let scope = Scope::new(&ip, crate::FUNCTION.route, key);
-                let fingerprint = fingerprint(&canonical);
-                // A duplicate this process has seen completed is answered without a claim.
-                let found = match self.idempotency.cached(&scope, &fingerprint) {
+            Some((scope, fingerprint)) => {
+                // A duplicate this process has seen completed since the check above, or seen
+                // with another body, is answered without a claim.
+                let found = match self.idempotency.cached(scope, fingerprint) {
                     Some(existing) => Ok(Claim::Existing(existing)),
                     None => {
                         let lease = self.lease();
-                        self.idempotency.claim(&scope, &fingerprint, lease).await
+                        self.idempotency.claim(scope, fingerprint, lease).await
                     }
                 };
                 match found {
@@ -174,6 +209,36 @@ impl Sessions {
             }
             None => Ok(()),
         }
+    }
+
+    /// For a valid request with a key that a limit refused: the stored secret if the key's
+    /// first request got it (its answer lost), else `None` and the 429 stands. One eventually
+    /// consistent read at most, none for a key this process already knows; a key found without
+    /// a record is remembered as long as the block cache remembers the refusal, so a repeated
+    /// fresh key costs no second read. Another body or a request still in progress keeps the
+    /// 429 rather than a 422 or 409: the layer is full either way, and the answer should not
+    /// depend on what the store holds under a key the limits refused.
+    async fn replay_refused(
+        &self,
+        gate: &Gate,
+        scope: &Scope,
+        fingerprint: &str,
+        refusal: &Decision,
+    ) -> Option<StoredResponse> {
+        let max_age = gate.settings().block_cache_max_age.as_millis() as u64;
+        let until = refusal
+            .reset_at_ms
+            .min(refusal.now_ms.saturating_add(max_age));
+        let stored = self
+            .idempotency
+            .replay_refused(scope, fingerprint, &self.absent, until)
+            .await?;
+        tracing::info!(
+            decision = "replayed",
+            layer = %refusal.limit.layer(),
+            "idempotent replay of a request a full layer refused"
+        );
+        Some(stored)
     }
 
     /// The lease of a claim: long enough for a secret fetch and two upstream calls.

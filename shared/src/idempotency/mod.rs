@@ -30,6 +30,7 @@
 
 mod fingerprint;
 mod key;
+mod peek;
 mod record;
 mod replays;
 
@@ -51,6 +52,7 @@ pub use fingerprint::fingerprint;
 pub use key::{
     IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, MAX_KEY_LEN, MIN_UNGUESSABLE_KEY_LEN,
 };
+pub use peek::AbsentKeys;
 pub use record::{Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER};
 pub use replays::{ReplayCache, DEFAULT_REPLAY_CACHE_SIZE};
 

@@ -2,4 +2,5 @@
 
 mod idempotency;
 mod limits;
+mod refused;
 mod upstream;
