@@ -3,17 +3,24 @@
 //! Anyone may call this route, and every secret it mints costs money, so the order matters:
 //!
 //! 1. kill switch, client address, internal token ([`Gate::front`]);
-//! 2. cooldowns: while the provider is failing, or refusing our API key, answer 503 at once
-//!    (no quota used, no upstream or SSM call);
-//! 3. the body (an optional voice from the allowlist) and the optional `Idempotency-Key` (one
+//! 2. the body (an optional voice from the allowlist) and the optional `Idempotency-Key` (one
 //!    key, at least 16 characters), checked here and answered after the `ip` layer;
-//! 4. limits: `ip` (skipped for internal callers) counts every request, valid or not (lesson
+//! 3. a valid request whose key this process holds completed (the replay cache) is that answer
+//!    again, here, before the cooldowns and the limits: it calls nothing upstream and costs no
+//!    DynamoDB request, so it needs no quota and no cooldown may hold it back;
+//! 4. cooldowns: while the provider is failing, or refusing our API key, answer 503 at once
+//!    (no quota used, no upstream, SSM or DynamoDB call);
+//! 5. limits: `ip` (skipped for internal callers) counts every request, valid or not (lesson
 //!    002), so a 400 costs its `ip` unit; `global`, the spend cap, counts only valid requests,
-//!    the ones that will call upstream;
-//! 5. the idempotency claim (two-phase, scoped to the client address): a retry after a lost
+//!    the ones that will call upstream. A valid request with a key that a full layer refuses
+//!    may still be the retry of one whose answer was lost: one eventually consistent read of
+//!    the key's record (none for a key this process knows) turns a completed one of the same
+//!    body into the replay, counting nothing (the contract: a replay consumes no quota, even
+//!    after a layer filled); anything else keeps the 429;
+//! 6. the idempotency claim (two-phase, scoped to the client address): a retry after a lost
 //!    response gets the same unexpired secret back, with all its quota given back; a 409 or 422
 //!    gets its `global` unit back;
-//! 6. the API key (SSM, cached) and the upstream call.
+//! 7. the API key (SSM, cached) and the upstream call.
 //!
 //! A failure on our side (upstream, secret store, our tables) gives the caller's quota back, so
 //! an outage never locks a caller out (lesson 000), and frees the idempotency key for a retry.
