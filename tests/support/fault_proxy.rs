@@ -66,10 +66,28 @@ pub enum Fault {
     ServerError,
     /// Forward after a delay.
     Delay(Duration),
+    /// Hold the request until the test opens the [`Release`] it came with, then forward it: an
+    /// answer (and, before it, the write itself) delayed for exactly as long as a test needs,
+    /// with no sleep. Made by [`FaultProxy::hold_always_when`].
+    Hold(Held),
     /// Answer with one of DynamoDB's own errors, as DynamoDB sends it (JSON protocol: status,
     /// `x-amzn-requestid`, a body with `__type` and a message), without forwarding: nothing is
     /// committed. The client connection stays open.
     Error(DynamoError),
+}
+
+/// The waiting side of a [`Fault::Hold`].
+#[derive(Debug, Clone)]
+pub struct Held(tokio::sync::watch::Receiver<bool>);
+
+/// Opens a [`Fault::Hold`]: every request it held (and any it catches later) goes on.
+#[derive(Debug)]
+pub struct Release(tokio::sync::watch::Sender<bool>);
+
+impl Release {
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
 }
 
 /// DynamoDB's own error answers, which DynamoDB Local never gives.
@@ -200,6 +218,15 @@ impl FaultProxy {
     /// [`Self::disarm`].
     pub fn arm_always_when(&self, operation: &str, text: &str, fault: Fault) {
         self.push(operation, fault, Some(text.to_string()), None);
+    }
+
+    /// Holds every request for `operation` whose body contains `text` until the returned
+    /// [`Release`] is opened (or, for those arriving after it is, not at all), until
+    /// [`Self::disarm`].
+    pub fn hold_always_when(&self, operation: &str, text: &str) -> Release {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        self.arm_always_when(operation, text, Fault::Hold(Held(rx)));
+        Release(tx)
     }
 
     /// Removes every fault armed for `operation`, whether it fired or not.
@@ -345,6 +372,10 @@ async fn handle(
         Some(Fault::Error(e)) => return Ok(dynamo_error(e, op, &body)),
         Some(Fault::DropRequest) => return Err(Ended::Dropped),
         Some(Fault::Delay(d)) => tokio::time::sleep(*d).await,
+        Some(Fault::Hold(Held(rx))) => {
+            // A dropped `Release` lets the request go, as an opened one does.
+            let _ = rx.clone().wait_for(|open| *open).await;
+        }
         Some(Fault::DropResponseAfterCommit) | None => {}
     }
     let forwarded = timeout(

@@ -6,6 +6,23 @@
 //! as its previous one. An operator's reset of a sliding counter leaves the current item at
 //! `count = 0` with `void`: the previous window no longer counts for this key, which warm
 //! processes holding its slots learn from their next increment's condition.
+//!
+//! Two more attributes keep the bound against timing and configuration changes:
+//!
+//! - `sealed`: the next window reads a sliding item as its previous window with a write that
+//!   seals it ([`Store::seal`]), and an increment of a sliding item is conditioned on it not
+//!   being sealed. An increment that was sent for a window just ending but reaches DynamoDB after
+//!   another process read that window is therefore refused ([`Refusal::Ended`]) and counted
+//!   again in the window its process is now in, where the sealed counts are seen: what a process
+//!   read of a previous window can never grow afterwards, whatever the network's delays or the
+//!   processes' clocks do.
+//! - `layout`: a sharded layer's window records its shard count on the layer's unsharded item
+//!   (the *base* item, the one an unsharded layer counts in) when it is first used
+//!   ([`Store::claim_layout`]), and every process counts that window in that layout; an
+//!   unsharded increment is conditioned on no layout being recorded. So when an operator changes
+//!   the shard count (or shards a layer, or stops sharding it), processes with the old and the
+//!   new configuration still count one window in one layout, and the window never holds more
+//!   than the limit; the new layout starts with the next window its first user starts.
 
 use std::collections::HashMap;
 
@@ -23,6 +40,8 @@ use super::spec::RateLimit;
 const COUNT: &str = "count";
 const EXPIRES_AT: &str = "expires_at";
 const VOID: &str = "void";
+const SEALED: &str = "sealed";
+const LAYOUT: &str = "layout";
 
 /// The limiter could not reach or use its table. The request is refused (fail closed: a spend
 /// cap that opens when DynamoDB is unwell is no cap).
@@ -53,6 +72,13 @@ pub(super) struct Counter {
     /// The item of the window before, which a sliding layer reads as its previous window
     /// (empty for a fixed layer, which never reads it).
     pub previous_pk: String,
+    /// The layer's unsharded item of this window: where an unsharded layout counts and a sharded
+    /// one records its layout. Equal to `pk` when unsharded.
+    pub base_pk: String,
+    /// The unsharded item of the window before (sliding layers; empty for fixed ones).
+    pub previous_base_pk: String,
+    /// How many shards the window is counted in (1: the base item alone).
+    pub layout: u32,
     pub start: UnixMillis,
     pub end: UnixMillis,
     /// This item's share of the limit (the whole limit unless sharded).
@@ -61,31 +87,49 @@ pub(super) struct Counter {
 }
 
 impl Counter {
-    /// The counter of `limit`'s layer for `key` and `shard` at `now_ms`. The window start is
-    /// part of the key, so a stale item from an ended window is never read as the current one,
-    /// whether or not DynamoDB's TTL has deleted it yet.
+    /// The counter of `limit`'s layer for `key` and `shard` at `now_ms`, `limit` being in the
+    /// layout its window is counted in. The window start is part of the key, so a stale item
+    /// from an ended window is never read as the current one, whether or not DynamoDB's TTL has
+    /// deleted it yet.
     pub fn new(scope: &str, limit: &RateLimit, key: &str, shard: u32, now_ms: UnixMillis) -> Self {
         let (start, end) = limit.window_at(now_ms);
-        let shard_part = match limit.shards() {
+        let layout = limit.shards();
+        let shard_part = match layout {
             1 => String::new(),
             _ => format!("~{shard}"),
         };
-        let base = format!(
-            "{scope}#{}#{}#{key}{shard_part}",
-            limit.layer(),
-            limit.window_secs()
-        );
+        let stem = format!("{scope}#{}#{}#{key}", limit.layer(), limit.window_secs());
         let len = end - start;
+        let previous_start = start.saturating_sub(len) / 1000;
+        let sliding = limit.is_sliding();
+        let previous = |part: &str| match sliding {
+            true => format!("{stem}{part}#{previous_start}"),
+            false => String::new(),
+        };
         Self {
-            pk: format!("{base}#{}", start / 1000),
-            previous_pk: match limit.is_sliding() {
-                true => format!("{base}#{}", start.saturating_sub(len) / 1000),
-                false => String::new(),
-            },
+            pk: format!("{stem}{shard_part}#{}", start / 1000),
+            previous_pk: previous(&shard_part),
+            base_pk: format!("{stem}#{}", start / 1000),
+            previous_base_pk: previous(""),
+            layout,
             start,
             end,
             limit: limit.shard_limit(shard),
-            sliding: limit.is_sliding(),
+            sliding,
+        }
+    }
+
+    /// The item of shard `shard` of the window before, in a layout of `layout` shards.
+    pub fn previous_shard_pk(&self, layout: u32, shard: u32) -> String {
+        match layout {
+            1 => self.previous_base_pk.clone(),
+            _ => {
+                let (stem, start) = self
+                    .previous_base_pk
+                    .rsplit_once('#')
+                    .expect("a counter key ends with its window start");
+                format!("{stem}~{shard}#{start}")
+            }
         }
     }
 
@@ -94,7 +138,7 @@ impl Counter {
     }
 
     /// When the item may go: at its window's end, or a window later for a sliding layer.
-    fn expires_at_secs(&self) -> u64 {
+    pub fn expires_at_secs(&self) -> u64 {
         let end = if self.sliding {
             self.end + self.len()
         } else {
@@ -117,6 +161,12 @@ pub(super) enum Refusal {
     /// The item is full: nothing was counted. The decision's reset is when a request would be
     /// admitted again.
     Full(Decision),
+    /// The item's window has ended and the next one has read it (it is sealed): nothing was
+    /// counted; count the request in the window after.
+    Ended,
+    /// The window is counted in `n` shards (another process recorded that layout): nothing was
+    /// counted; count the request in that layout.
+    Layout(u32),
     Store(LimiterError),
 }
 
@@ -127,6 +177,10 @@ pub(super) struct Seen {
     pub slots: Slots,
     /// An operator reset the counter in this window: the previous window no longer counts.
     pub void: bool,
+    /// The next window has read this one: it counts nothing more.
+    pub sealed: bool,
+    /// The shard count recorded for the window (on its base item), if any.
+    pub layout: Option<u32>,
 }
 
 impl Seen {
@@ -147,7 +201,15 @@ impl Seen {
             count,
             slots: sliding::normalised(slots, count),
             void: item.contains_key(VOID),
+            sealed: item.contains_key(SEALED),
+            layout: number(LAYOUT),
         }
+    }
+
+    /// The layout a window was counted in, from its base item: the one recorded, else 1 when
+    /// something was counted without one, else `None` (nothing counted in the window yet).
+    pub fn window_layout(&self) -> Option<u32> {
+        self.layout.or((self.count > 0).then_some(1))
     }
 }
 
@@ -187,29 +249,43 @@ impl Store {
             .expression_attribute_values(":limit", number(counter.limit))
             .expression_attribute_values(":expires", number(counter.expires_at_secs()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        // An unsharded item counts only while no sharded layout is recorded for its window.
+        let unsharded = counter.layout == 1;
+        if unsharded {
+            update = update.expression_attribute_names("#layout", LAYOUT);
+        }
         update = match slot {
             None => update
                 .update_expression(
                     "ADD #count :one SET #expires = if_not_exists(#expires, :expires)",
                 )
-                .condition_expression("attribute_not_exists(#count) OR #count < :limit")
+                .condition_expression(match unsharded {
+                    true => "attribute_not_exists(#layout) AND (attribute_not_exists(#count) OR #count < :limit)",
+                    false => "attribute_not_exists(#count) OR #count < :limit",
+                })
                 .return_values(ReturnValue::UpdatedNew),
             Some(slot) => {
                 let allowed = counter
                     .limit
                     .saturating_sub(sliding::still_inside(previous, slot));
-                // After an operator's reset (`void`) only this window counts.
-                let condition = match allowed {
+                // After an operator's reset (`void`) only this window counts. A sealed item's
+                // window has been read by the next one: it takes nothing more.
+                let bound = match allowed {
                     0 => "#void = :yes AND #count < :limit",
                     _ => "attribute_not_exists(#count) OR #count < :allowed OR (#void = :yes AND #count < :limit)",
+                };
+                let guard = match unsharded {
+                    true => "attribute_not_exists(#sealed) AND attribute_not_exists(#layout)",
+                    false => "attribute_not_exists(#sealed)",
                 };
                 let update = update
                     .update_expression(
                         "ADD #count :one, #slot :one SET #expires = if_not_exists(#expires, :expires)",
                     )
-                    .condition_expression(condition)
+                    .condition_expression(format!("{guard} AND ({bound})"))
                     .expression_attribute_names("#slot", slot_name(slot))
                     .expression_attribute_names("#void", VOID)
+                    .expression_attribute_names("#sealed", SEALED)
                     .expression_attribute_values(":yes", AttributeValue::Bool(true))
                     .return_values(ReturnValue::AllNew);
                 match allowed {
@@ -247,6 +323,14 @@ impl Store {
                     }
                     _ => Seen::default(),
                 };
+                if old.sealed && counter.sliding {
+                    tracing::debug!(pk = counter.pk, "counter's window already read by the next");
+                    return Err(Refusal::Ended);
+                }
+                if let (Some(layout), true) = (old.layout, unsharded) {
+                    tracing::debug!(pk = counter.pk, layout, "window counted in shards");
+                    return Err(Refusal::Layout(layout));
+                }
                 tracing::debug!(pk = counter.pk, count = old.count, "counter full");
                 let decision =
                     self.decision(counter, limit, previous, old, old.count, now_ms, true);
@@ -313,6 +397,61 @@ impl Store {
             .await
             .map_err(|e| LimiterError::new("read", e))?;
         Ok(Seen::from_item(out.item()))
+    }
+
+    /// Reads `pk` as the previous window of a sliding layer, sealing it in the same write: no
+    /// increment counts in it afterwards (an increment still on its way is refused with
+    /// [`Refusal::Ended`] and counted in the next window), so what this returns is final. An
+    /// item that does not exist yet is created sealed, empty, expiring at `expires_secs`.
+    /// Idempotent, so the SDK's own retries are safe.
+    pub async fn seal(&self, pk: &str, expires_secs: u64) -> Result<Seen, LimiterError> {
+        let out = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(pk.into()))
+            .update_expression("SET #sealed = :yes, #expires = if_not_exists(#expires, :expires)")
+            .expression_attribute_names("#sealed", SEALED)
+            .expression_attribute_names("#expires", EXPIRES_AT)
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            .expression_attribute_values(":expires", number(expires_secs))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .map_err(|e| LimiterError::new("seal", e))?;
+        Ok(Seen::from_item(out.attributes()))
+    }
+
+    /// The layout of `counter`'s window for a process configured with `shards` (more than 1):
+    /// the one already recorded on the window's base item, else `shards`, recorded now; or 1
+    /// when the window is already being counted unsharded (a count and no layout). Idempotent.
+    pub async fn claim_layout(&self, counter: &Counter, shards: u32) -> Result<u32, LimiterError> {
+        let result = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(counter.base_pk.clone()))
+            .update_expression(
+                "SET #layout = if_not_exists(#layout, :shards), #expires = if_not_exists(#expires, :expires)",
+            )
+            .condition_expression("attribute_not_exists(#count) OR attribute_exists(#layout)")
+            .expression_attribute_names("#layout", LAYOUT)
+            .expression_attribute_names("#count", COUNT)
+            .expression_attribute_names("#expires", EXPIRES_AT)
+            .expression_attribute_values(":shards", number(shards))
+            .expression_attribute_values(":expires", number(counter.expires_at_secs()))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(Seen::from_item(out.attributes()).layout.unwrap_or(shards)),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(1)
+            }
+            Err(e) => Err(LimiterError::new("layout", e)),
+        }
     }
 
     /// Gives back one unit of `pk` (and of its `slot`), never below zero; `Err` only for the

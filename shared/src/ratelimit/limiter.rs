@@ -30,6 +30,15 @@ pub const SHARD_TRIES: u32 = 8;
 /// shard seen this window.
 const PREVIOUS_CAPACITY: usize = 10_000;
 
+/// How many window layouts a process keeps (sharded layers, and unsharded ones that met a
+/// sharded window): one entry per key and window.
+const LAYOUT_CAPACITY: usize = 10_000;
+
+/// How many times one layer's count starts over in a later window or another layout (a sealed
+/// window, a layout recorded by another process) before the request is refused as a store
+/// failure. Once is what happens; more means a clock far behind the others' or a bug.
+const RECOUNTS: u32 = 3;
+
 /// One layer to check for one request: the limit and the identity it counts (`""` for global).
 #[derive(Debug, Clone, Copy)]
 pub struct LimitCheck<'a> {
@@ -120,6 +129,9 @@ pub struct RateLimiter {
     /// per key and window (a window that has ended no longer changes), kept until the window
     /// reading them ends.
     previous: Expiring<Slots>,
+    /// The shard count each window of a key is counted in, as recorded on its base item (or
+    /// learnt from it), kept until the window ends.
+    layouts: Expiring<u32>,
     /// Where the next sharded check starts, so a process spreads its writes evenly.
     next_shard: AtomicU32,
 }
@@ -143,6 +155,7 @@ impl RateLimiter {
             clock,
             blocked: BlockCache::new(0, DEFAULT_BLOCK_CACHE_MAX_AGE),
             previous: Expiring::new(PREVIOUS_CAPACITY),
+            layouts: Expiring::new(LAYOUT_CAPACITY),
             // Processes start at different shards.
             next_shard: AtomicU32::new(random_u32()),
         }
@@ -156,6 +169,46 @@ impl RateLimiter {
 
     fn counter(&self, limit: &RateLimit, key: &str, shard: u32, now_ms: UnixMillis) -> Counter {
         Counter::new(&self.scope, limit, key, shard, now_ms)
+    }
+
+    /// `limit` in the layout this process knows its window at `now_ms` is counted in: the one
+    /// recorded for the window if it has learnt it, else its own configuration.
+    fn known_layout(&self, limit: &RateLimit, key: &str, now_ms: UnixMillis) -> RateLimit {
+        let base = self.counter(limit, key, 0, now_ms).base_pk;
+        match self.layouts.get(&base, now_ms) {
+            Some(n) if n != limit.shards() => limit.in_layout(n),
+            _ => *limit,
+        }
+    }
+
+    /// `limit` in the layout its window at `now_ms` is counted in. A sharded configuration asks
+    /// the window's base item once per window (recording its own layout if the window has
+    /// none); an unsharded one counts in the base item, whose condition tells it if the window
+    /// has a layout ([`Refusal::Layout`]), so it costs nothing until a layout change.
+    async fn layout(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        now_ms: UnixMillis,
+    ) -> Result<RateLimit, LimiterError> {
+        let counter = self.counter(limit, key, 0, now_ms);
+        if let Some(n) = self.layouts.get(&counter.base_pk, now_ms) {
+            return Ok(limit.in_layout(n));
+        }
+        if limit.shards() == 1 {
+            return Ok(*limit);
+        }
+        let n = self.store.claim_layout(&counter, limit.shards()).await?;
+        if n != limit.shards() {
+            tracing::info!(
+                layer = %limit.layer(),
+                recorded = n,
+                configured = limit.shards(),
+                "this window is counted in another shard layout; the configured one starts with a later window"
+            );
+        }
+        self.layouts.insert(counter.base_pk, n, counter.end, now_ms);
+        Ok(limit.in_layout(n))
     }
 
     /// Checks `checks` in order, counting this request in each. On the first full layer the
@@ -173,7 +226,7 @@ impl RateLimiter {
             return Ok(Verdict::Rejected(rejection));
         }
         for check in checks {
-            match self.count(check, now_ms).await {
+            match self.count(check).await {
                 Ok(counted) => {
                     admission.note(counted.decision);
                     admission.counted.push(counted);
@@ -186,6 +239,9 @@ impl RateLimiter {
                 Err(Refusal::Store(e)) => {
                     self.refund(admission).await;
                     return Err(e);
+                }
+                Err(Refusal::Ended | Refusal::Layout(_)) => {
+                    unreachable!("count() counts again in the next window or the other layout")
                 }
             }
         }
@@ -212,24 +268,67 @@ impl RateLimiter {
     /// The rejection that reopens first, if every shard of the layer is known full.
     fn layer_blocked(&self, check: &LimitCheck<'_>, now_ms: UnixMillis) -> Option<Decision> {
         let mut soonest = None;
-        for shard in 0..check.limit.shards() {
-            let pk = self.counter(check.limit, check.key, shard, now_ms).pk;
+        let limit = self.known_layout(check.limit, check.key, now_ms);
+        for shard in 0..limit.shards() {
+            let pk = self.counter(&limit, check.key, shard, now_ms).pk;
             soonest = Some(sooner(soonest, self.blocked.get(&pk, now_ms)?));
         }
         soonest
     }
 
     /// Counts the request in one of the layer's shards: starting from this process's next
-    /// shard, skipping those known full, trying at most [`SHARD_TRIES`].
-    async fn count(&self, check: &LimitCheck<'_>, now_ms: UnixMillis) -> Result<Held, Refusal> {
-        let shards = check.limit.shards();
+    /// shard, skipping those known full, trying at most [`SHARD_TRIES`]. The clock is read for
+    /// every increment, so an increment is sent for the window it is sent in; one that arrives
+    /// after the next window has sealed its window is refused by its condition and counted
+    /// again in the next window ([`Refusal::Ended`]), and one that meets another layout is
+    /// counted again in that layout ([`Refusal::Layout`]).
+    async fn count(&self, check: &LimitCheck<'_>) -> Result<Held, Refusal> {
+        // Never earlier than a window known sealed: a process whose clock lags behind the one
+        // that sealed it counts in the window after.
+        let mut floor = 0;
+        for _ in 0..RECOUNTS {
+            let now_ms = self.clock.now_ms().max(floor);
+            let limit = self
+                .layout(check.limit, check.key, now_ms)
+                .await
+                .map_err(Refusal::Store)?;
+            match self.count_in(check, &limit, floor).await {
+                Err(Recount::Ended(end)) => floor = floor.max(end),
+                Err(Recount::Layout(base, n, until)) => {
+                    self.layouts.insert(base, n, until, now_ms);
+                }
+                Err(Recount::Refused(refusal)) => return Err(refusal),
+                Ok(held) => return Ok(held),
+            }
+        }
+        tracing::error!(layer = %check.limit.layer(), "a rate-limit count kept meeting sealed windows or other layouts; refusing");
+        Err(Refusal::Store(LimiterError::new(
+            "increment",
+            std::io::Error::other("no window or layout settled"),
+        )))
+    }
+
+    /// One pass of [`Self::count`] over the shards of `limit` (in its window's layout).
+    async fn count_in(
+        &self,
+        check: &LimitCheck<'_>,
+        limit: &RateLimit,
+        floor: UnixMillis,
+    ) -> Result<Held, Recount> {
+        let shards = limit.shards();
         let first = match shards {
             1 => 0,
             n => self.next_shard.fetch_add(1, Ordering::Relaxed) % n,
         };
         let (mut full, mut tries) = (None, 0);
+        let window = limit.window_at(self.clock.now_ms().max(floor));
         for i in 0..shards {
-            let counter = self.counter(check.limit, check.key, (first + i) % shards, now_ms);
+            let now_ms = self.clock.now_ms().max(floor);
+            if limit.window_at(now_ms) != window {
+                // The window ended while trying shards: start over in the next one.
+                return Err(Recount::Ended(window.1));
+            }
+            let counter = self.counter(limit, check.key, (first + i) % shards, now_ms);
             if let Some(known) = self.blocked.get(&counter.pk, now_ms) {
                 full = Some(sooner(full, known));
                 continue;
@@ -240,9 +339,9 @@ impl RateLimiter {
             tries += 1;
             let previous = match counter.sliding {
                 true => self
-                    .previous_slots(&counter, now_ms)
+                    .previous_slots(&counter, limit, now_ms)
                     .await
-                    .map_err(Refusal::Store)?,
+                    .map_err(|e| Recount::Refused(Refusal::Store(e)))?,
                 false => [0; SLOTS],
             };
             match self
@@ -274,28 +373,102 @@ impl RateLimiter {
                     self.blocked.insert(counter.pk, decision);
                     full = Some(sooner(full, decision));
                 }
-                Err(store) => return Err(store),
+                Err(Refusal::Ended) => {
+                    tracing::info!(layer = %limit.layer(), "an increment reached a window the next one had already read; counting it in the next");
+                    return Err(Recount::Ended(counter.end));
+                }
+                Err(Refusal::Layout(n)) => {
+                    return Err(Recount::Layout(counter.base_pk, n, counter.end))
+                }
+                Err(store) => return Err(Recount::Refused(store)),
             }
         }
-        Err(Refusal::Full(full.expect(
+        Err(Recount::Refused(Refusal::Full(full.expect(
             "a layer has a shard, and each was tried or known full",
-        )))
+        ))))
     }
 
-    /// The previous window's slots of `counter`: kept from the first read in this window.
+    /// The previous window's slots of `counter` (counted in `limit`'s layout), read once per
+    /// window by sealing them ([`Store::seal`]), so they cannot grow after this read. When the
+    /// previous window was counted in another layout, its shards are summed and shared out over
+    /// this layout's shards in proportion to their share of the limit, rounded up: the shards'
+    /// conditions then still add up to at most the limit.
     async fn previous_slots(
         &self,
         counter: &Counter,
+        limit: &RateLimit,
         now_ms: UnixMillis,
     ) -> Result<Slots, LimiterError> {
         if let Some(slots) = self.previous.get(&counter.previous_pk, now_ms) {
             return Ok(slots);
         }
-        let seen = self.store.read(&counter.previous_pk).await?;
-        let slots = seen.slots;
+        let expires = counter.end / 1000;
+        let slots = match self.previous_layout(counter, now_ms).await? {
+            None => [0; SLOTS],
+            Some((n, _)) if n == counter.layout => match n {
+                1 => self.previous_base_slots(counter, now_ms).await?,
+                _ => self.store.seal(&counter.previous_pk, expires).await?.slots,
+            },
+            Some((n, base)) => {
+                let mut total = [0u32; SLOTS];
+                for shard in 0..n {
+                    let seen = match n {
+                        1 => base,
+                        _ => {
+                            let pk = counter.previous_shard_pk(n, shard);
+                            self.store.seal(&pk, expires).await?.slots
+                        }
+                    };
+                    for (t, s) in total.iter_mut().zip(seen) {
+                        *t += s;
+                    }
+                }
+                let whole = u64::from(limit.limit().max(1));
+                let share = u64::from(counter.limit);
+                total.map(|t| (u64::from(t) * share).div_ceil(whole) as u32)
+            }
+        };
         self.previous
             .insert(counter.previous_pk.clone(), slots, counter.end, now_ms);
         Ok(slots)
+    }
+
+    /// The layout the previous window was counted in and its base item's slots, read by sealing
+    /// the base item (kept for the window, like the slots): `None` when nothing was counted.
+    async fn previous_layout(
+        &self,
+        counter: &Counter,
+        now_ms: UnixMillis,
+    ) -> Result<Option<(u32, Slots)>, LimiterError> {
+        let key = format!("{}@previous", counter.previous_base_pk);
+        if let (Some(n), Some(slots)) = (
+            self.layouts.get(&key, now_ms),
+            self.previous.get(&key, now_ms),
+        ) {
+            return Ok(Some((n, slots)));
+        }
+        let seen = self
+            .store
+            .seal(&counter.previous_base_pk, counter.end / 1000)
+            .await?;
+        let Some(n) = seen.window_layout() else {
+            return Ok(None);
+        };
+        self.layouts.insert(key.clone(), n, counter.end, now_ms);
+        self.previous.insert(key, seen.slots, counter.end, now_ms);
+        Ok(Some((n, seen.slots)))
+    }
+
+    /// The previous window's base item's slots (an unsharded previous window).
+    async fn previous_base_slots(
+        &self,
+        counter: &Counter,
+        now_ms: UnixMillis,
+    ) -> Result<Slots, LimiterError> {
+        Ok(self
+            .previous_layout(counter, now_ms)
+            .await?
+            .map_or([0; SLOTS], |(_, slots)| slots))
     }
 
     /// Gives back every counter `admission` holds: used when a later layer rejects the request
@@ -339,23 +512,35 @@ impl RateLimiter {
         self.refund(&mut part).await;
     }
 
-    /// The layer's count for `key` now (operator view): summed over its shards, and for a
-    /// sliding layer with what of the previous window is still inside. Consistent reads.
+    /// The layer's count for `key` now (operator view), as the functions count it: summed over
+    /// the shards of the layout its window is counted in (which may not be `limit`'s own, after
+    /// a change of the shard count), and for a sliding layer with what of the previous window is
+    /// still inside. Consistent reads, no write.
     pub async fn usage(&self, limit: &RateLimit, key: &str) -> Result<Usage, LimiterError> {
         let now_ms = self.clock.now_ms();
+        let limit = self.window_layout(limit, key, now_ms).await?;
         let mut count = 0;
+        let mut void = false;
         let mut window_ends_at = 0;
+        let base = self.counter(&limit, key, 0, now_ms);
         for shard in 0..limit.shards() {
-            let counter = self.counter(limit, key, shard, now_ms);
+            let counter = self.counter(&limit, key, shard, now_ms);
             let current = self.store.read(&counter.pk).await?;
             count += current.count;
-            if counter.sliding && !current.void {
-                let previous = self.store.read(&counter.previous_pk).await?;
-                let slot =
-                    super::sliding::slot_at(counter.start, counter.end - counter.start, now_ms);
-                count += super::sliding::still_inside(&previous.slots, slot);
-            }
+            void |= current.void;
             window_ends_at = counter.end / 1000;
+        }
+        if base.sliding && !void {
+            let previous = self.store.read(&base.previous_base_pk).await?;
+            let slot = super::sliding::slot_at(base.start, base.end - base.start, now_ms);
+            let shards = previous.window_layout().unwrap_or(1);
+            for shard in 0..shards {
+                let seen = match shards {
+                    1 => previous,
+                    n => self.store.read(&base.previous_shard_pk(n, shard)).await?,
+                };
+                count += super::sliding::still_inside(&seen.slots, slot);
+            }
         }
         Ok(Usage {
             count,
@@ -364,12 +549,30 @@ impl RateLimiter {
         })
     }
 
-    /// Empties the layer's counters for `key` (operator action): every shard, and for a sliding
-    /// layer the previous window too.
+    /// `limit` in the layout its window at `now_ms` is counted in, read from the window's base
+    /// item without recording anything (operator tools): the recorded layout, else the
+    /// configured one.
+    async fn window_layout(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        now_ms: UnixMillis,
+    ) -> Result<RateLimit, LimiterError> {
+        let base = self.counter(limit, key, 0, now_ms).base_pk;
+        let seen = self.store.read(&base).await?;
+        Ok(match seen.window_layout() {
+            Some(n) if n != limit.shards() => limit.in_layout(n),
+            _ => *limit,
+        })
+    }
+
+    /// Empties the layer's counters for `key` (operator action): every shard of the layout the
+    /// window is counted in, and for a sliding layer the previous window too.
     pub async fn reset(&self, limit: &RateLimit, key: &str) -> Result<(), LimiterError> {
         let now_ms = self.clock.now_ms();
+        let limit = self.window_layout(limit, key, now_ms).await?;
         for shard in 0..limit.shards() {
-            let counter = self.counter(limit, key, shard, now_ms);
+            let counter = self.counter(&limit, key, shard, now_ms);
             self.store.reset(&counter).await?;
             // This process may have the key cached as full, or its previous window; forget them.
             self.blocked.remove(&counter.pk);
@@ -386,6 +589,16 @@ impl RateLimiter {
             _ => key,
         }
     }
+}
+
+/// Why one pass over a layer's shards must start over.
+enum Recount {
+    /// The window ending at this moment was sealed (or ended during the pass).
+    Ended(UnixMillis),
+    /// The window (base item key) is counted in this many shards, until this moment.
+    Layout(String, u32, UnixMillis),
+    /// Full, or the store failed: the layer's answer.
+    Refused(Refusal),
 }
 
 /// A random start, so that processes spread over shards differently; 0 without randomness.

@@ -144,6 +144,15 @@ impl RateLimit {
         Ok(limit)
     }
 
+    /// The same limit over `shards` items whatever the limit (the layout a window was started
+    /// with, which may have more shards than a since lowered limit has units: those hold none).
+    pub(crate) fn in_layout(self, shards: u32) -> Self {
+        Self {
+            shards: Shards::Count(shards.clamp(1, MAX_SHARDS)),
+            ..self
+        }
+    }
+
     pub fn kind(&self) -> WindowKind {
         self.kind
     }

@@ -5,6 +5,7 @@ mod cors;
 mod fault_proxy;
 mod internal_callers;
 mod kill_switch;
+mod late_writes;
 mod limiter_faults;
 mod rate_limits;
 mod request_counts;
