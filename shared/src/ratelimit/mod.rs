@@ -12,10 +12,11 @@
 //! bad input) stays counted: that is how failed authentications are limited (lesson 002).
 //!
 //! Each layer's window is fixed (epoch-aligned, the default) or sliding (`:sliding`, see
-//! [`sliding`]: at most the limit in any span of one window, for one read per key and window
-//! more), and its limit lives in one item or is spread over shards (`:shards=N`, see
+//! [`sliding`]: at most the limit in any span of one window, for one write per key and window
+//! more, the seal that reads the previous window and closes it to late increments), and its limit lives in one item or is spread over shards (`:shards=N`, see
 //! [`RateLimiter`]'s `check`: a hot key's writes over N items, never more than the limit in
-//! total).
+//! total, and each window counted in the one layout it recorded first, so that a change of N
+//! never over-admits).
 //!
 //! Keys known to be full are remembered in a bounded in-process [`BlockCache`] until they would
 //! admit again (or a few seconds, so an operator's reset reaches warm instances quickly): from a

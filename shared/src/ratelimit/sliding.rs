@@ -16,9 +16,12 @@
 //! continuous flood a unit comes back at most one slot (5% of the window) later than an exact
 //! sliding log would give it back, so the sustained rate is at least 20/21 of the limit.
 //!
-//! The previous window's slots never change once it has ended (increments go to the current
-//! window; refunds to an ended window are not sent), so a process reads them once per key and
-//! window and keeps them ([`super::limiter`]): at most one read per key per window roll.
+//! The previous window's slots never change once the current window has read them: the read is
+//! a write that seals the item, and an increment still on its way to a sealed item is refused
+//! and counted in the window after ([`super::counter`]); refunds to an ended window are not
+//! sent. So a process reads them once per key and window and keeps them ([`super::limiter`]):
+//! one write per key per window roll, and the bound above holds whatever the network's delays
+//! or the processes' clocks do.
 
 use crate::clock::UnixMillis;
 
