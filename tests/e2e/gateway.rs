@@ -15,7 +15,10 @@ fn entrances() -> [(&'static str, String); 2] {
     let page = stack.web_url.split('?').next().unwrap_or_default();
     [
         ("the published transfer URL", stack.transfer_url.clone()),
-        ("the page's /api", format!("{}/api", page.trim_end_matches('/'))),
+        (
+            "the page's /api",
+            format!("{}/api", page.trim_end_matches('/')),
+        ),
     ]
 }
 
@@ -41,7 +44,11 @@ fn two_idempotency_key_fields_are_a_400_and_move_no_money() {
             .header("Idempotency-Key", &unique_key("first"))
             .header("Idempotency-Key", &unique_key("second"))
             .send();
-        expect_status(&resp, 400, &format!("two Idempotency-Key fields through {way}"));
+        expect_status(
+            &resp,
+            400,
+            &format!("two Idempotency-Key fields through {way}"),
+        );
         let problem = resp.json();
         assert_eq!(problem["code"], "invalid_request", "{way}: {problem}");
         assert_eq!(balance(payer), before, "{way}: no money moved");
@@ -63,7 +70,11 @@ fn two_authorization_fields_are_a_401_and_move_no_money() {
             .header("Authorization", "Bearer someone-else")
             .header("Idempotency-Key", &unique_key("auth-twice"))
             .send();
-        expect_status(&resp, 401, &format!("two Authorization fields through {way}"));
+        expect_status(
+            &resp,
+            401,
+            &format!("two Authorization fields through {way}"),
+        );
         assert_eq!(balance(payer), before, "{way}: no money moved");
     }
 }

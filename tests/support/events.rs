@@ -54,7 +54,11 @@ impl Event {
                 .iter()
                 .map(|v| String::from_utf8_lossy(v.as_bytes()))
                 .collect();
-            let separator = if name == http::header::COOKIE { "; " } else { "," };
+            let separator = if name == http::header::COOKIE {
+                "; "
+            } else {
+                ","
+            };
             event = event.header(name.as_str(), &values.join(separator));
         }
         let body = req.body().as_ref();

@@ -424,7 +424,10 @@ done
         let event: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("event.json")).unwrap()).unwrap();
         assert_eq!(event["headers"]["idempotency-key"], "k1,k2", "{event}");
-        assert_eq!(event["headers"]["authorization"], "Bearer a,Bearer b", "{event}");
+        assert_eq!(
+            event["headers"]["authorization"], "Bearer a,Bearer b",
+            "{event}"
+        );
         f.stop().await;
         let _ = std::fs::remove_dir_all(dir);
     }
