@@ -12,6 +12,7 @@
 //! per address (every local request comes from 127.0.0.1).
 
 mod cli;
+mod gateway;
 mod http;
 mod kill_switch;
 mod readme;

@@ -11,6 +11,9 @@ use serde::Deserialize;
 pub struct Stack {
     pub ephemeral_key_url: String,
     pub transfer_url: String,
+    /// The page (its `/api` proxies to the functions), with a query for the page.
+    #[serde(default)]
+    pub web_url: String,
     #[serde(default)]
     pub openai_stand_in: bool,
     #[serde(default)]

@@ -5,7 +5,8 @@ use crate::{expect_status, http};
 
 const AMOUNT: u64 = 100;
 
-fn balance(account: &str) -> u64 {
+/// The account's balance, through the published transfer URL.
+pub fn balance(account: &str) -> u64 {
     let stack = stack();
     let resp = http::get(format!("{}/accounts/{account}", stack.transfer_url))
         .header("Authorization", &format!("Bearer {}", stack.demo.token))

@@ -39,23 +39,27 @@ impl Event {
     }
 
     /// The event API Gateway would make of `req` arriving from `source_ip`: method, path,
-    /// query, every header field (repeated ones kept apart) and the body (base64 when it is not
-    /// UTF-8).
+    /// query, every header field and the body (base64 when it is not UTF-8). A repeated field
+    /// becomes one, its values joined with `,`, as payload 2.0 joins them (so a function sees
+    /// two `Idempotency-Key` fields as one key list, as it does on AWS); `cookie` fields with
+    /// `; `, as `lambda_http` joins payload 2.0's `cookies`.
     pub fn from_http<B: AsRef<[u8]>>(req: &http::Request<B>, source_ip: &str) -> Self {
         let mut event = Self::new(req.method().as_str(), req.uri().path())
             .query(req.uri().query().unwrap_or(""))
             .from_ip(source_ip);
         for name in req.headers().keys() {
-            let values: Vec<_> = req.headers().get_all(name).iter().collect();
-            for value in &values {
-                let value = String::from_utf8_lossy(value.as_bytes());
-                // A field sent once is a string in the event, as API Gateway sends it.
-                event = if values.len() == 1 {
-                    event.header(name.as_str(), &value)
-                } else {
-                    event.append_header(name.as_str(), &value)
-                };
-            }
+            let values: Vec<_> = req
+                .headers()
+                .get_all(name)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()))
+                .collect();
+            let separator = if name == http::header::COOKIE {
+                "; "
+            } else {
+                ","
+            };
+            event = event.header(name.as_str(), &values.join(separator));
         }
         let body = req.body().as_ref();
         if !body.is_empty() {
@@ -180,9 +184,10 @@ mod tests {
     use lambda_http::RequestExt;
 
     /// What API Gateway hands over survives the trip through `lambda_http`'s parser: method,
-    /// path, query, a header sent twice as two values, and a body that is not UTF-8.
+    /// path, query, a header sent twice as one field holding both values (payload 2.0 joins
+    /// them), and a body that is not UTF-8.
     #[test]
-    fn from_http_keeps_repeated_headers_and_binary_bodies() {
+    fn from_http_joins_repeated_headers_and_keeps_binary_bodies() {
         let req = http::Request::post("/transfers?dry=1")
             .header("x-forwarded-for", "198.51.100.1")
             .header("x-forwarded-for", "198.51.100.2")
@@ -194,7 +199,7 @@ mod tests {
         assert_eq!(parsed.uri().path(), "/transfers");
         assert_eq!(parsed.query_string_parameters().first("dry"), Some("1"));
         let xff: Vec<_> = parsed.headers().get_all("x-forwarded-for").iter().collect();
-        assert_eq!(xff, ["198.51.100.1", "198.51.100.2"]);
+        assert_eq!(xff, ["198.51.100.1,198.51.100.2"]);
         assert_eq!(parsed.headers()["idempotency-key"], "k1");
         assert_eq!(parsed.body().as_ref(), &[0xff, 0x00, 0x41]);
         let json = Event::from_http(&req, "192.0.2.7").to_json();

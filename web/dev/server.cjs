@@ -111,7 +111,11 @@ function functionUrl(functions, pathname, search) {
 async function proxyApi(opts, req, res) {
   const url = new URL(req.url, "http://page");
   const body = await readBody(req);
-  const headers = { ...req.headers };
+  // Every field the browser sent, a repeated one joined with "," as API Gateway's payload 2.0
+  // joins it (`req.headers` keeps only the first of some, e.g. `Authorization`); `cookie` with
+  // "; ", as a function sees payload 2.0's `cookies`.
+  const headers = {};
+  for (const [k, v] of Object.entries(req.headersDistinct)) headers[k] = v.join(k === "cookie" ? "; " : ",");
   delete headers.host;
   delete headers.connection;
   const target = functionUrl(opts.functions, url.pathname, url.search);

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::dev;
-use crate::setup::{self, Tools};
+use crate::setup::{self, Need, Tools};
 use crate::util::{self, info, step, Result};
 
 /// What the browser tests' stack changes: a small `ip` limit for the session function (the third
@@ -76,7 +76,7 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
 /// `cargo xtask screenshots`: the browser tests, keeping a picture of each state.
 pub fn screenshots() -> Result {
     step("setup");
-    let tools = setup::all()?;
+    let tools = setup::all(&[Need::Java, Need::Node, Need::Python, Need::Chromium])?;
     let dir = util::workspace_root().join("docs/screenshots");
     browser(&tools, Some(&dir))?;
     info(format!("screenshots in {}", dir.display()));

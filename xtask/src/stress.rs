@@ -30,7 +30,7 @@ pub fn run(command: &str, args: &[String]) -> Result {
         return util::run(Command::new(stress).arg(command).arg("--help"));
     }
     step("setup");
-    let tools = crate::setup::all()?;
+    let tools = crate::setup::all(crate::setup::Need::STACK)?;
     stress(&tools, command, args)
 }
 

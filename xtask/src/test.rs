@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use crate::dynamodb_local::{self, Storage};
-use crate::setup::Tools;
+use crate::setup::{Need, Tools};
 use crate::util::{self, info, step, Result};
 use crate::{browser, dev, setup, signal, stress};
 
@@ -40,8 +40,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result {
+    // The system prerequisites first: a missing one stops the run here, before any build.
     step("setup");
-    let tools = setup::all()?;
+    let needs: Vec<Need> = Need::ALL
+        .iter()
+        .copied()
+        .filter(|&n| n != Need::Chromium || !args.no_browser)
+        .collect();
+    let tools = setup::all(&needs)?;
     let mut failed = Vec::new();
     // Runs a step unless it is off or Ctrl-C arrived; a failure is reported right away and
     // recorded, and the run carries on.

@@ -318,11 +318,12 @@ mod tests {
 
     /// A custom runtime in shell and curl, as small as the runtime API allows: it answers
     /// every event with 200 and the event's raw path as body, except `/hang`, which it holds
-    /// (so a kill finds it in flight).
+    /// (so a kill finds it in flight); the last event it got is in the file `$EVENT`.
     const RUNTIME: &str = r#"
 api="http://$AWS_LAMBDA_RUNTIME_API/2018-06-01/runtime"
 while true; do
   event=$(curl -sS -D /dev/stderr "$api/invocation/next" 2>"$HEADERS") || exit 1
+  printf '%s' "$event" > "$EVENT"
   id=$(grep -i '^lambda-runtime-aws-request-id:' "$HEADERS" | cut -d' ' -f2 | tr -d '\r')
   path=$(printf '%s' "$event" | sed 's/.*"rawPath":"\([^"]*\)".*/\1/')
   if [ "$path" = /hang ]; then sleep 600; fi
@@ -339,7 +340,10 @@ done
         FunctionSpec {
             name: "echo".into(),
             binary: script,
-            env: vec![("HEADERS".into(), dir.join("headers").display().to_string())],
+            env: vec![
+                ("HEADERS".into(), dir.join("headers").display().to_string()),
+                ("EVENT".into(), dir.join("event.json").display().to_string()),
+            ],
             log: None,
             timeout: Duration::from_secs(20),
         }
@@ -385,6 +389,45 @@ done
         let new = f.spawn_instance().await.unwrap();
         assert_ne!(new, pid);
         assert_eq!(queued.await.unwrap().unwrap().body().as_ref(), b"/later");
+        f.stop().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Two `Idempotency-Key` fields (and two `Authorization` fields) through the front reach
+    /// the function as API Gateway's payload 2.0 hands them over: one field each, the values
+    /// joined with commas, which the functions refuse as a list (not the first key, silently).
+    #[tokio::test]
+    async fn the_front_joins_repeated_fields_as_api_gateway_does() {
+        let dir = temp_dir("front-join");
+        let f = Function::start(spec(&dir), 1).await.unwrap();
+        let front = super::super::Front::start(vec![("/lambda-url/echo".into(), f.clone())])
+            .await
+            .unwrap();
+        let stream = tokio::net::TcpStream::connect(front.url().trim_start_matches("http://"))
+            .await
+            .unwrap();
+        let (mut send, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let req = Request::post("/lambda-url/echo/transfers")
+            .header("host", "x")
+            .header("idempotency-key", "k1")
+            .header("authorization", "Bearer a")
+            .header("idempotency-key", "k2")
+            .header("authorization", "Bearer b")
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let event: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("event.json")).unwrap()).unwrap();
+        assert_eq!(event["headers"]["idempotency-key"], "k1,k2", "{event}");
+        assert_eq!(
+            event["headers"]["authorization"], "Bearer a,Bearer b",
+            "{event}"
+        );
         f.stop().await;
         let _ = std::fs::remove_dir_all(dir);
     }
