@@ -6,6 +6,7 @@ mod fault_proxy;
 mod internal_callers;
 mod kill_switch;
 mod limiter_faults;
+mod published_limits;
 mod rate_limits;
 mod request_counts;
 mod secrets;
