@@ -66,18 +66,12 @@ pub struct CounterArgs {
     limits: Option<String>,
 }
 
-/// Where the limits in force came from.
-enum Source {
-    /// The function published them (at this time, with this block cache).
+/// The limits in force, by where they came from.
+enum InForce {
+    /// The function published them (at a time, with its block cache's age).
     Published(PublishedLimits),
     /// `--limits`.
-    Flag,
-}
-
-/// The limits in force and their source.
-struct InForce {
-    limits: RateLimits,
-    source: Source,
+    Flag(RateLimits),
 }
 
 /// One counter, resolved.
@@ -132,9 +126,9 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
                 .reset(&counter.limit, &counter.key)
                 .await
                 .map_err(|e| CliError::store(format!("resetting the counter in {table}"), &e))?;
-            let block_cache = match &counter.in_force.source {
-                Source::Published(p) => Some(p.block_cache_max_age),
-                Source::Flag => None,
+            let block_cache = match &counter.in_force {
+                InForce::Published(p) => Some(p.block_cache_max_age),
+                InForce::Flag(_) => None,
             };
             Ok(counter
                 .reply()
@@ -154,59 +148,53 @@ async fn in_force(
     deps: &Deps<'_>,
 ) -> Result<InForce, CliError> {
     if let Some(spec) = flag {
-        let limits =
-            RateLimits::parse(spec).map_err(|e| CliError::new(format!("--limits: {e}")))?;
-        return Ok(InForce {
-            limits,
-            source: Source::Flag,
-        });
+        return RateLimits::parse(spec)
+            .map(InForce::Flag)
+            .map_err(|e| CliError::new(format!("--limits: {e}")));
     }
     let table = catalog::CONTROL.resolve(deps.env);
     let record = LimitsRecord::new(deps.ddb.clone(), &table, deps.clock.clone());
-    let published = match record.read(function.name).await {
-        Ok(Some(published)) => published,
-        Ok(None) => {
-            return Err(CliError::new(format!(
-                "cannot know {name}'s limits: it has published none in {table} (no process of \
-                 {name} has started against this table yet), so state them with --limits SPEC \
-                 (its {var}, e.g. {default})",
-                name = function.name,
-                var = function.limits_variable,
-                default = function.default_limits,
-            )))
-        }
-        Err(e @ PublishedLimitsError::Store { .. }) => {
-            return Err(CliError::store(
-                format!("reading the published limits in {table}"),
-                &e,
-            ))
-        }
-        Err(e) => {
-            return Err(CliError::new(format!(
-                "cannot use the limits {} published in {table} ({}), so state them with \
-                 --limits SPEC",
-                function.name,
-                chain(&e)
-            )))
-        }
-    };
-    Ok(InForce {
-        limits: published.limits.clone(),
-        source: Source::Published(published),
-    })
+    match record.read(function.name).await {
+        Ok(Some(published)) => Ok(InForce::Published(published)),
+        Ok(None) => Err(CliError::new(format!(
+            "cannot know {name}'s limits: it has published none in {table} (no process of \
+             {name} has started against this table yet), so state them with --limits SPEC \
+             (the value of its {var}, by default {default})",
+            name = function.name,
+            var = function.limits_variable,
+            default = function.default_limits,
+        ))),
+        Err(e @ PublishedLimitsError::Store { .. }) => Err(CliError::store(
+            format!("reading the published limits in {table}"),
+            &e,
+        )),
+        Err(e) => Err(CliError::new(format!(
+            "cannot use the limits {} published in {table} ({}), so state them with \
+             --limits SPEC",
+            function.name,
+            chain(&e)
+        ))),
+    }
 }
 
 impl InForce {
-    /// Where the limits came from, for the human form and the error lines.
+    fn limits(&self) -> &RateLimits {
+        match self {
+            InForce::Published(p) => &p.limits,
+            InForce::Flag(limits) => limits,
+        }
+    }
+
+    /// The limits and where they came from, for the human form and the error lines.
     fn describe(&self, function: &Function) -> String {
-        match &self.source {
-            Source::Published(p) => format!(
+        match self {
+            InForce::Published(p) => format!(
                 "{} as {} published them at {}",
-                self.limits,
+                p.limits,
                 function.name,
                 rfc3339(p.published_at)
             ),
-            Source::Flag => format!("{} as given with --limits", self.limits),
+            InForce::Flag(limits) => format!("{limits} as given with --limits"),
         }
     }
 }
@@ -214,11 +202,11 @@ impl InForce {
 impl Reply {
     /// The limits in force and where they came from.
     fn limits_fields(self, in_force: &InForce) -> Self {
-        let (source, published_at) = match &in_force.source {
-            Source::Published(p) => ("published", Some(p.published_at)),
-            Source::Flag => ("--limits", None),
+        let (source, published_at) = match in_force {
+            InForce::Published(p) => ("published", Some(p.published_at)),
+            InForce::Flag(_) => ("--limits", None),
         };
-        self.field("limits", in_force.limits.to_string())
+        self.field("limits", in_force.limits().to_string())
             .field("limits_source", source)
             .field("limits_published_at", published_at)
     }
@@ -237,19 +225,20 @@ impl Counter {
 /// What a reset does not change at once, and for how long: the truth about warm instances.
 fn reset_note(limit: &RateLimit, block_cache: Option<Duration>) -> String {
     let memory = match block_cache {
-        Some(Duration::ZERO) => {
-            "No instance refuses it from memory (the block cache is off).".to_string()
-        }
+        Some(Duration::ZERO) => "The reset applies at once: the function's block cache is off, \
+                                 so no instance refuses the key from memory."
+            .to_string(),
         Some(age) => format!(
             "Warm function instances that saw this key full may keep refusing it from memory \
-             (their block cache) for at most {} s (RATE_LIMIT_BLOCK_CACHE_SECONDS, as published); \
-             every other request sees the reset at once.",
+             (their block cache) for at most {} s after this reset (RATE_LIMIT_BLOCK_CACHE_SECONDS, \
+             as published); every other request sees the reset at once.",
             age.as_secs()
         ),
         None => format!(
             "Warm function instances that saw this key full may keep refusing it from memory \
-             (their block cache) for at most RATE_LIMIT_BLOCK_CACHE_SECONDS (default {} s; \
-             not published, so not known here); every other request sees the reset at once.",
+             (their block cache) for at most RATE_LIMIT_BLOCK_CACHE_SECONDS after this reset \
+             (default {} s; with --limits the function's own value is not read); every other \
+             request sees the reset at once.",
             DEFAULT_BLOCK_CACHE_MAX_AGE.as_secs()
         ),
     };
@@ -268,7 +257,7 @@ fn counter(
     args: &CounterArgs,
     in_force: InForce,
 ) -> Result<Counter, CliError> {
-    let limits = &in_force.limits;
+    let limits = in_force.limits();
     if limits.is_off(layer) {
         return Err(CliError::new(format!(
             "{}'s {layer} layer is off ({}; set by {}): it counts nothing, so there is no counter",

@@ -269,7 +269,7 @@ async fn limits_given_with_the_flag_are_used_and_say_so() {
     assert!(
         reset
             .stdout
-            .contains("RATE_LIMIT_BLOCK_CACHE_SECONDS (default 5 s"),
+            .contains("at most RATE_LIMIT_BLOCK_CACHE_SECONDS after this reset (default 5 s"),
         "{}",
         reset.stdout
     );
