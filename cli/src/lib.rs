@@ -40,7 +40,8 @@ pub use output::Output;
 /// Finds the local stack through .dev/stack.json (this directory or a parent); otherwise uses
 /// the same environment as the functions (AWS credentials and region, DYNAMODB_ENDPOINT, table
 /// name variables such as CLIENTS_TABLE; TRANSFER_IDEMPOTENCY_TABLE and
-/// SESSION_IDEMPOTENCY_TABLE name the two idempotency tables).
+/// SESSION_IDEMPOTENCY_TABLE name the two idempotency tables). Rate limits are not taken from
+/// that environment but from what each function published in the control table (or --limits).
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version)]
 struct Cli {

@@ -21,6 +21,7 @@ use crate::config::GuardSettings;
 use crate::internal::{is_internal_token, INTERNAL_TOKEN_HEADER};
 use crate::kill_switch::KillSwitch;
 use crate::problem::ApiError;
+use crate::published_limits::{LimitsRecord, PublishedLimitsError};
 use crate::ratelimit::{Admission, Layer, LimitCheck, RateLimiter, Verdict};
 use crate::secrets::{SecretError, SecretStore};
 
@@ -41,6 +42,7 @@ pub struct Gate {
     kill_switch: KillSwitch,
     limiter: RateLimiter,
     secrets: Arc<SecretStore>,
+    published_limits: LimitsRecord,
 }
 
 impl Gate {
@@ -65,6 +67,11 @@ impl Gate {
                 settings.kill_switch_cache,
             )
             .with_stale_window(settings.kill_switch_stale),
+            published_limits: LimitsRecord::new(
+                ddb.clone(),
+                &settings.control_table,
+                clock.clone(),
+            ),
             limiter: RateLimiter::new(ddb, &settings.rate_limit_table, &settings.function, clock)
                 .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
             secrets,
@@ -95,6 +102,37 @@ impl Gate {
     /// The secret store the guards read their own secrets from, for the function's secrets.
     pub fn secrets(&self) -> &SecretStore {
         &self.secrets
+    }
+
+    /// Writes the limits these guards count under, and how long they refuse a full key from
+    /// memory, to the control table ([`crate::published_limits`]), so the operator's CLI
+    /// reports what this function counts rather than what the operator's shell says. Once per
+    /// process, spawned at start by [`crate::serve::run`]: no request waits for it. A failure
+    /// is logged and returned, and changes nothing else: the guards never read it back, and the
+    /// CLI says so when it finds nothing published.
+    pub async fn publish_limits(&self) -> Result<(), PublishedLimitsError> {
+        let settings = &self.settings;
+        let refused_from_memory_for = match settings.block_cache_capacity {
+            0 => std::time::Duration::ZERO,
+            _ => settings.block_cache_max_age,
+        };
+        let result = self
+            .published_limits
+            .publish(
+                &settings.function,
+                &settings.rate_limits,
+                refused_from_memory_for,
+            )
+            .await;
+        match &result {
+            Ok(()) => tracing::debug!(limits = %settings.rate_limits, "limits published"),
+            Err(e) => tracing::warn!(
+                error = %e,
+                source = ?std::error::Error::source(e),
+                "limits not published; the CLI cannot learn them until a process publishes them"
+            ),
+        }
+        result
     }
 
     /// Gives back every unit `admission` took: the request turned out to cost nothing.

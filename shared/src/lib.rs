@@ -13,7 +13,8 @@
 //! | [`problem`] | error bodies that leak host names, parameter names or upstream messages |
 //!
 //! [`catalog`] names the functions, tables and limits variables once, for the functions, the
-//! CLI and the tests alike.
+//! CLI and the tests alike; [`published_limits`] is where each function says which limits it
+//! counts under, so that the CLI reports those rather than its own shell's.
 //!
 //! [`gate`] composes the guards in the order the contract fixes; the functions call it before
 //! doing any work of their own. Time comes from a [`clock::Clock`] so windows, TTLs and cooldowns
@@ -37,6 +38,7 @@ pub mod json;
 pub mod kill_switch;
 pub mod metrics;
 pub mod problem;
+pub mod published_limits;
 pub mod ratelimit;
 pub mod secrets;
 pub mod serve;

@@ -1,4 +1,5 @@
-//! The Lambda entry point both functions share: read configuration, build clients once, serve;
+//! The Lambda entry point both functions share: read configuration, build clients once, publish
+//! the limits for the operator's CLI ([`crate::published_limits`]), serve;
 //! and the one request lifecycle both follow ([`Function::handle`]).
 
 use std::future::Future;
@@ -134,6 +135,9 @@ pub async fn run<F: Function>() -> Result<(), Error> {
     )
     .inspect_err(|e| tracing::error!(error = %e, "bad configuration"))?;
     let app = Arc::new(app);
+    // The limits this process counts under, for the operator's CLI: once, off the request path.
+    let publisher = app.clone();
+    tokio::spawn(async move { publisher.gate().publish_limits().await });
     lambda_http::run(service_fn(move |req: Request| {
         let app = app.clone();
         async move { Ok::<_, Error>(app.handle(req).await) }

@@ -153,7 +153,8 @@ fn function_policies_grant_exactly_the_documented_actions() {
 
     let expected_transfer = grants(&[
         ("RateLimitTable", &["dynamodb:UpdateItem"]),
-        ("ControlTable", &["dynamodb:GetItem"]),
+        // PutItem of its own published limits only: see the test below.
+        ("ControlTable", &["dynamodb:GetItem", "dynamodb:PutItem"]),
         ("ClientsTable", &["dynamodb:GetItem"]),
         (
             "AccountsTable",
@@ -197,6 +198,48 @@ fn function_policies_grant_exactly_the_documented_actions() {
             "{function}'s non-DynamoDB actions"
         );
     }
+}
+
+/// Transfer writes to the control table only to publish the limits it counts under
+/// (`tollgate::published_limits`), so its `PutItem` there is conditioned on that one key: it can
+/// read its kill switch but not flip one (the session function's internal route does that).
+#[test]
+fn transfer_writes_only_its_own_published_limits_to_the_control_table() {
+    let template = Template::load();
+    let own_key = tollgate::published_limits::key(tollgate::catalog::TRANSFER.name);
+    let writes: Vec<&Value> = statements(&template, TRANSFER_FUNCTION)
+        .into_iter()
+        .filter(|st| {
+            actions(TRANSFER_FUNCTION, st)
+                .iter()
+                .any(|a| *a != "dynamodb:GetItem" && a.starts_with("dynamodb:"))
+                && one_or_many(
+                    st.get("Resource")
+                        .expect("a DynamoDB statement has Resource"),
+                )
+                .into_iter()
+                .any(|r| get_att_arn(r) == Some("ControlTable"))
+        })
+        .collect();
+    assert_eq!(writes.len(), 1, "one statement writes the control table");
+    let statement = writes[0];
+    assert_eq!(
+        actions(TRANSFER_FUNCTION, statement),
+        ["dynamodb:PutItem"],
+        "{statement:?}"
+    );
+    let leading_keys = statement
+        .get("Condition")
+        .and_then(|c| c.get("ForAllValues:StringEquals"))
+        .and_then(|c| c.get("dynamodb:LeadingKeys"))
+        .unwrap_or_else(|| {
+            panic!("the control-table write must be limited by dynamodb:LeadingKeys: {statement:?}")
+        });
+    let keys: Vec<&str> = one_or_many(leading_keys)
+        .into_iter()
+        .map(|k| k.as_str().expect("a key is a plain string"))
+        .collect();
+    assert_eq!(keys, [own_key.as_str()], "{statement:?}");
 }
 
 /// `Frontend` picks CloudFront or an HTTP API; the other must not exist, in particular no

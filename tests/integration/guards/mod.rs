@@ -7,6 +7,7 @@ mod internal_callers;
 mod kill_switch;
 mod late_writes;
 mod limiter_faults;
+mod published_limits;
 mod rate_limits;
 mod request_counts;
 mod secrets;
