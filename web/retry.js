@@ -8,6 +8,15 @@
  * *refused*. Every outcome of a session attempt is classified by {@link RetryPolicy#decide},
  * and nothing else in the client decides whether to try again.
  *
+ * What a retry costs decides the rest. A new client secret costs a unit of this client's
+ * quota (`POST /session`); a new call with the secret it already holds costs nothing of ours.
+ * So a failed or dropped call is retried with the same secret until it expires, honouring the
+ * provider's `Retry-After` (a 429 from `/calls` included: that is the provider's shared limit,
+ * not this client's quota), and a new secret is asked for only when the old one ran out or
+ * the provider refused it (401). A lost answer from `/session` (no answer, or a gateway's
+ * 502/504) is retried under the same `Idempotency-Key`, which replays the secret the function
+ * may have minted instead of spending a second unit. A 429 or 403 from `/session` stops.
+ *
  * This module is pure logic: no timers, no network. It reads the time through an injected
  * `now()` and draws jitter from an injected `random()`, so tests drive it with a fake clock.
  * The caller (voice-client.js) carries out the decisions.
@@ -52,24 +61,32 @@
 
 /**
  * What to do about an outcome.
- * - `retry`: after `delayMs`, `POST /session` again, then a new call. `sameKey` says whether the
- *   request carries the previous attempt's `Idempotency-Key` (only after no answer, or a 409
- *   that says that very attempt is still running); otherwise a fresh key. `state` is what
- *   the person sees meanwhile.
+ * - `retry`: after `delayMs`, try again; `state` is what the person sees meanwhile. `next` says
+ *   what is tried:
+ *   - `call`: a new call with the run's client secret, as long as it still has
+ *     `secretMarginMs` to live when the wait is over ({@link RetryPolicy#secretUsable}); only
+ *     a secret that has run out is replaced, by `POST /session` under a fresh key. Every
+ *     failure of a call (a drop, a 5xx or 429 from `/calls`, no answer) is retried this way: a
+ *     secret serves many calls until it expires, so an outage of the provider costs at most
+ *     one unit of quota per secret lifetime.
+ *   - `session`: `POST /session` for a new secret. `sameKey` says whether the request carries
+ *     the previous request's `Idempotency-Key` (after no answer, a gateway's 502/504, or a 409
+ *     that says that very request is still running: the function may have minted and stored
+ *     a secret under it, which the same key gets replayed without a second unit); otherwise
+ *     a fresh key.
  * - `stop`: nothing more is sent on its own. `restartAt` (ms since the epoch) is the earliest
  *   moment a manual Start is offered again.
  * @typedef {{ action: 'retry', state: 'reconnecting' | 'waiting' | 'connecting',
- *     delayMs: number, sameKey: boolean, reason: RetryReason }
+ *     delayMs: number, next: 'call' | 'session', sameKey: boolean, reason: RetryReason }
  *   | { action: 'stop', state: 'rate_limited' | 'disabled' | 'failed',
  *     restartAt: number, detail: string | null, reason: StopReason }} Decision
  */
 
 /**
  * @typedef {'drop' | 'network' | 'server_error' | 'unavailable' | 'in_progress' | 'remint'
- *   | 'provider_error'} RetryReason
- * @typedef {'rate_limited' | 'provider_rate_limited' | 'disabled' | 'rejected'
- *   | 'provider_rejected' | 'unusable_answer' | 'exhausted' | 'keeps_dropping'
- *   | 'microphone'} StopReason
+ *   | 'provider_error' | 'provider_busy'} RetryReason
+ * @typedef {'rate_limited' | 'disabled' | 'rejected' | 'provider_rejected' | 'unusable_answer'
+ *   | 'exhausted' | 'keeps_dropping' | 'provider_unavailable' | 'microphone'} StopReason
  */
 
 /**
@@ -83,12 +100,17 @@
  * @property {number} stableCallMs a call connected at least this long resets the drop back-off
  * @property {number} maxReconnects consecutive failed calls (drops shorter than
  *   `stableCallMs`, provider failures) retried on their own; the next one stops as `failed`
+ * @property {number} secretMarginMs a client secret is used for a new call only while it has
+ *   at least this long to live (time for ICE gathering and the `/calls` request); past that,
+ *   a new session. The browser's clock against the server's `expires_at`: a clock running
+ *   behind costs one `/calls` 401 and a new secret, one running ahead only the reuse
  * @property {number} sessionBaseMs first wait after a network error or 5xx from `/session`
  * @property {number} sessionCapMs longest such wait, jitter included
  * @property {number} maxSessionAttempts `/session` requests in a row that may fail (503, 5xx,
  *   409, no answer) before the client stops as `failed`
  * @property {number} defaultRetryAfterS wait assumed when a 429, 409 or 503 carries no
- *   usable `Retry-After` (the API always sends one; a proxy might not)
+ *   usable `Retry-After` (the API always sends one; a proxy might not, and a cross-origin
+ *   provider's is readable only if it lists it in `Access-Control-Expose-Headers`)
  * @property {number} disabledRestartMs after a 403 (kill switch), how long Start stays
  *   unavailable
  * @property {number} jitter fraction added on top of each automatic wait, at most
@@ -100,6 +122,7 @@ export const RETRY_DEFAULTS = Object.freeze({
   dropCapMs: 60_000,
   stableCallMs: 60_000,
   maxReconnects: 8,
+  secretMarginMs: 10_000,
   sessionBaseMs: 1_000,
   sessionCapMs: 30_000,
   maxSessionAttempts: 5,
@@ -207,6 +230,17 @@ export class RetryPolicy {
     this.#sessionFailures = 0;
   }
 
+  /**
+   * Whether a client secret that expires at `expiresAtMs` (ms since the epoch) may set up one
+   * more call: it must outlive the set-up by `secretMarginMs`. Asked when a `call` retry's wait
+   * is over; a secret that fails this is replaced through `POST /session` under a fresh key.
+   * @param {number} expiresAtMs
+   * @returns {boolean}
+   */
+  secretUsable(expiresAtMs) {
+    return expiresAtMs - this.#now() >= this.#o.secretMarginMs;
+  }
+
   /** The peer connection reached `connected`: a provider 401 may be re-minted again. */
   connected() {
     this.#callsUnauthorized = 0;
@@ -230,12 +264,12 @@ export class RetryPolicy {
       case 'calls':
         return this.#callsAnswer(outcome.status, outcome.retryAfter);
       case 'calls_lost':
-        return this.#callFailed('provider_error');
+        return this.#callFailed('provider_error', 0);
       case 'drop':
         // A call that stayed up a while was a good call; its end is a fresh start
         // (the provider's 60-minute cap, an idle close), not a streak.
         if (outcome.uptimeMs >= this.#o.stableCallMs) this.#callFailures = 0;
-        return this.#callFailed('drop');
+        return this.#callFailed('drop', 0);
       case 'microphone':
         return this.#stop('failed', 'microphone', 0, null);
     }
@@ -265,11 +299,19 @@ export class RetryPolicy {
     }
     if (status === 409) {
       // Our own earlier request with this key is still running (we resent it after getting
-      // no answer): the same key, after Retry-After, gets that request's outcome.
+      // no answer, or a gateway's 502/504): the same key, after Retry-After, gets that
+      // request's outcome.
       const wait = (retryAfter ?? 1) * 1000;
       return this.#sessionRetry('waiting', 'in_progress', true, this.#jittered(wait));
     }
+    if (status === 502 || status === 504) {
+      // A gateway's answer (CloudFront, API Gateway, the function URL): the function may have
+      // minted and stored a secret whose answer was lost on the way, as with no answer at all.
+      // The same key gets that secret replayed, or a 409 while it is still running.
+      return this.#sessionRetry('reconnecting', 'server_error', true, this.#sessionBackoff());
+    }
     if (status >= 500) {
+      // The function's own 500: nothing was stored under the key, so a new key loses nothing.
       return this.#sessionRetry('reconnecting', 'server_error', false, this.#sessionBackoff());
     }
     // 400, 401 and any other answer: the request is wrong, not the moment. Waiting won't fix it.
@@ -283,32 +325,54 @@ export class RetryPolicy {
    */
   #callsAnswer(status, retryAfter) {
     if (status === 401) {
-      // The secret may have expired on the way (a long wait, a replayed secret near its end):
-      // one new secret, under a new key. A second 401 in a row is not about expiry.
+      // The secret may have expired on the way (a long wait, a replayed secret near its end, a
+      // clock behind the server's): one new secret, under a new key (the old key would replay
+      // the refused secret). A second 401 in a row is not about expiry.
       this.#callsUnauthorized += 1;
       if (this.#callsUnauthorized >= 2) return this.#stop('failed', 'provider_rejected', 0, null);
-      return { action: 'retry', state: 'connecting', delayMs: 0, sameKey: false, reason: 'remint' };
+      return {
+        action: 'retry',
+        state: 'connecting',
+        delayMs: 0,
+        next: 'session',
+        sameKey: false,
+        reason: 'remint',
+      };
     }
     if (status === 429) {
-      const wait = (retryAfter ?? this.#o.defaultRetryAfterS) * 1000;
-      return this.#stop('rate_limited', 'provider_rate_limited', wait, null);
+      // The provider's limit, not ours: it is shared by every browser of the deployment and
+      // reopens on its own, and our secret stays valid meanwhile. Unlike a 429 from /session
+      // (this client's quota, where a retry can only be refused again, and lesson 000's loop
+      // kept the window shut), waiting it out and trying the same secret again spends no unit
+      // of ours and sends one request per wait; stopping instead would make the person's next
+      // Start spend a new unit. So: wait at least its Retry-After (60 s when none is readable),
+      // never less than the back-off, on the same bounded count as every failed call.
+      const asked = (retryAfter ?? this.#o.defaultRetryAfterS) * 1000;
+      return this.#callFailed('provider_busy', asked);
     }
-    return this.#callFailed('provider_error');
+    return this.#callFailed('provider_error', retryAfter === null ? 0 : retryAfter * 1000);
   }
 
   /**
-   * A call that could not be made or did not last: a new secret and a new call, backing off.
+   * A call that could not be made or did not last: a new call with the same secret (while it
+   * lives), backing off. A `Retry-After` the provider sent is a floor: the wait is the longer
+   * of it and the back-off, each with its jitter, so neither is undercut.
    * @param {RetryReason} reason
+   * @param {number} askedMs the provider's `Retry-After` in ms, 0 when it gave none
    * @returns {Decision}
    */
-  #callFailed(reason) {
+  #callFailed(reason, askedMs) {
     this.#callFailures += 1;
     if (this.#callFailures > this.#o.maxReconnects) {
-      return this.#stop('failed', 'keeps_dropping', 0, null);
+      const why = reason === 'drop' ? 'keeps_dropping' : 'provider_unavailable';
+      return this.#stop('failed', why, 0, null);
     }
     const o = this.#o;
-    const delayMs = backoffDelay(this.#callFailures, o.dropBaseMs, o.dropCapMs, o.jitter, this.#random);
-    return { action: 'retry', state: 'reconnecting', delayMs, sameKey: false, reason };
+    const backoff = backoffDelay(this.#callFailures, o.dropBaseMs, o.dropCapMs, o.jitter, this.#random);
+    const delayMs = askedMs > 0 ? Math.max(backoff, this.#jittered(askedMs)) : backoff;
+    // Told when to come back: the provider is busy, not gone.
+    const state = askedMs > 0 ? 'waiting' : 'reconnecting';
+    return { action: 'retry', state, delayMs, next: 'call', sameKey: false, reason };
   }
 
   /**
@@ -323,7 +387,7 @@ export class RetryPolicy {
     if (this.#sessionFailures >= this.#o.maxSessionAttempts) {
       return this.#stop('failed', 'exhausted', 0, null);
     }
-    return { action: 'retry', state, delayMs, sameKey, reason };
+    return { action: 'retry', state, delayMs, next: 'session', sameKey, reason };
   }
 
   /** The wait before the next `/session` try after a failure that gave no wait of its own. */

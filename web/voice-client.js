@@ -5,9 +5,11 @@
  * One session attempt: the microphone, `POST {api}/session` for a client secret, a peer
  * connection with the microphone track and the `oai-events` data channel, the SDP offer posted
  * to `{realtime}/v1/realtime/calls` with the secret, the answer applied, the remote audio
- * played. Whether to try again after anything goes wrong is decided by retry.js alone; this
- * module carries the decisions out, with timers from the injected clock, and makes sure that
- * after a stop nothing is sent on its own.
+ * played. The secret is kept for the run's next calls (a reconnect, a retried set-up) until it
+ * expires or the provider refuses it: a secret costs a unit of quota, a call does not. Whether
+ * to try again after anything goes wrong, and with which secret or key, is decided by retry.js
+ * alone; this module carries the decisions out, with timers from the injected clock, and makes
+ * sure that after a stop nothing is sent on its own.
  *
  * Plain ES module, no dependencies: a page imports it as it is.
  */
@@ -27,8 +29,9 @@ import { RetryPolicy, retryAfterSeconds } from './retry.js';
  * - `connecting`: asking for a secret or setting up the call.
  * - `connected`: the call is up.
  * - `reconnecting`: the call dropped (or the network failed); the next try is in `seconds`.
- * - `waiting`: the service said 503 (or 409); the next try is in `seconds`, its `Retry-After`.
- * - `rate_limited`: 429 from `/session` or the provider. Stopped; Start comes back at `until`.
+ * - `waiting`: the service said 503 (or 409), or the provider answered `/calls` with a 429 or
+ *   a `Retry-After`; the next try is in `seconds`, never sooner than its `Retry-After`.
+ * - `rate_limited`: 429 from `/session`. Stopped; Start comes back at `until`.
  * - `disabled`: 403 from `/session` (the kill switch). Stopped; Start comes back at `until`.
  * - `failed`: a request that waiting will not fix (400, 401, a second provider 401), the
  *   microphone refused, or the bounded retries used up. Stopped.
@@ -151,6 +154,13 @@ export class VoiceClient extends EventTarget {
   /** Bumped by every start and stop: a continuation of an older run does nothing. */
   #run = 0;
   #key = '';
+  /**
+   * The run's client secret, kept for the next calls until it expires or `/calls` refuses it:
+   * a secret costs a unit of quota, a call with one we hold costs nothing. `expiresAt` is ms
+   * since the epoch (0 when `/session` gave none: such a secret serves only its first call).
+   * @type {{ value: string, expiresAt: number } | null}
+   */
+  #secret = null;
   /** Earliest time a manual start is allowed (after 429/403). */
   #restartAt = 0;
   /** The one pending timer of the run: the next try, or the end of a wait for Start. */
@@ -231,7 +241,8 @@ export class VoiceClient extends EventTarget {
     this.#policy = this.#newPolicy();
     this.#restartAt = 0;
     this.#key = '';
-    void this.#attempt(run, false);
+    this.#secret = null;
+    void this.#attempt(run, 'session', false);
     return true;
   }
 
@@ -252,14 +263,21 @@ export class VoiceClient extends EventTarget {
   }
 
   /**
-   * One session attempt: microphone, secret, call.
+   * One session attempt: microphone, secret (the one held, while it lives, or a new one), call.
    * @param {number} run
-   * @param {boolean} sameKey
+   * @param {'call' | 'session'} next what the policy said to try (retry.js `Decision`)
+   * @param {boolean} sameKey for `session`: resend the previous request's key
    */
-  async #attempt(run, sameKey) {
+  async #attempt(run, next, sameKey) {
     this.#set('connecting', {});
     if (!(await this.#microphone(run))) return;
-    if (!sameKey || this.#key === '') this.#key = this.#o.randomUUID();
+    const held = this.#secret;
+    if (next === 'call' && held !== null && this.#policy.secretUsable(held.expiresAt)) {
+      return this.#connect(run, held.value);
+    }
+    // A new secret: an expired one is not replayed under its old key, so a fresh key.
+    this.#secret = null;
+    if (next === 'call' || !sameKey || this.#key === '') this.#key = this.#o.randomUUID();
     const answer = await this.#request(`${this.#o.api}/session`, {
       method: 'POST',
       headers: { 'Content-Type': 'application/json', 'Idempotency-Key': this.#key },
@@ -273,6 +291,11 @@ export class VoiceClient extends EventTarget {
       if (typeof secret !== 'string' || secret === '') {
         return this.#apply(run, { kind: 'session_unusable' });
       }
+      const expiresAt = json?.expires_at;
+      this.#secret = {
+        value: secret,
+        expiresAt: typeof expiresAt === 'number' && Number.isFinite(expiresAt) ? expiresAt * 1000 : 0,
+      };
       this.#policy.minted();
       return this.#connect(run, secret);
     }
@@ -445,8 +468,9 @@ export class VoiceClient extends EventTarget {
     const decision = this.#policy.decide(outcome);
     const clock = this.#o.clock;
     if (decision.action === 'retry') {
+      if (decision.next === 'session') this.#secret = null;
       if (decision.delayMs <= 0) {
-        void this.#attempt(run, decision.sameKey);
+        void this.#attempt(run, decision.next, decision.sameKey);
         return;
       }
       const until = clock.now() + decision.delayMs;
@@ -454,7 +478,7 @@ export class VoiceClient extends EventTarget {
       this.#cancelTimer();
       this.#timer = clock.setTimeout(() => {
         this.#timer = null;
-        if (run === this.#run) void this.#attempt(run, decision.sameKey);
+        if (run === this.#run) void this.#attempt(run, decision.next, decision.sameKey);
       }, decision.delayMs);
       return;
     }
@@ -635,6 +659,8 @@ function failedText(reason) {
       return 'The service is not answering. Try again later.';
     case 'keeps_dropping':
       return 'The call keeps dropping. Try again later.';
+    case 'provider_unavailable':
+      return 'The voice service is not available. Try again later.';
     case 'provider_rejected':
       return 'The voice service refused the session.';
     default:

@@ -10,6 +10,10 @@
 // them (with their Idempotency-Key and the function's status), the stand-in's calls and mints,
 // and the counters in DynamoDB (through the `tollgate` CLI).
 //
+// The page takes its origins from the `config.json` each dev origin serves (its own `/api`, or
+// the first origin's from the second; the stand-in for Realtime), as a deployed page takes
+// them from the one the deploy wrote: the page's address carries no parameters.
+//
 // Environment (set by `cargo xtask test`): TOLLGATE_STACK_FILE, TOLLGATE_CLI, CHROMIUM,
 // NODE_PATH (playwright-core), and SCREENSHOT_DIR to keep a picture of each state.
 "use strict";
@@ -17,6 +21,7 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
+const http = require("node:http");
 const path = require("node:path");
 const { execFileSync } = require("node:child_process");
 const { chromium } = require("playwright-core");
@@ -29,8 +34,7 @@ const second = new URL(stack.web.second_url);
 
 /** The page as served with its API, or from another origin calling this origin's `/api`. */
 function pageUrl(origin = pageOrigin) {
-  const api = origin === pageOrigin ? "/api" : `${pageOrigin}/api`;
-  return `${origin}/?api=${encodeURIComponent(api)}&realtime=${encodeURIComponent(realtime)}`;
+  return `${origin}/`;
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -159,28 +163,31 @@ test("start: connected, one call with the minted secret, remote audio arrives", 
   await waitState(page, "stopped");
 });
 
-test("a dropped call reconnects after at least 3 s with a new secret", async (t) => {
+test("a dropped call reconnects after at least 3 s with the secret it holds: no second session", async (t) => {
   const page = await open(t);
   await control({ dropCallsAfterMs: 1500 });
   await page.click("#start");
   await waitState(page, "connected");
   await waitState(page, "reconnecting", 10_000);
   await screenshot(page, "reconnecting");
-  const log = await until("a second session", async () => {
+  const log = await until("a second call", async () => {
     const l = await serverLog();
-    return l.sessions.length >= 2 && l;
+    return l.calls.length >= 2 && l;
   });
   const dropped = log.calls[0].dropped;
   assert.ok(dropped, "the stand-in dropped the first call");
-  assert.ok(log.sessions[1].t - dropped >= 3000, `reconnected ${log.sessions[1].t - dropped} ms after the drop`);
-  assert.notEqual(log.sessions[1].key, log.sessions[0].key, "a new attempt, a new key");
-  assert.notEqual(log.sessions[1].secret, log.sessions[0].secret, "a new secret");
+  assert.ok(log.calls[1].t - dropped >= 3000, `reconnected ${log.calls[1].t - dropped} ms after the drop`);
+  assert.equal(log.calls[1].secret, log.calls[0].secret, "the same, unexpired secret");
+  assert.equal(log.sessions.length, 1, "no second /session for a reconnect");
+  assert.equal(log.mints.length, 1);
+  assert.equal(ipCount(), 1, "one quota unit");
   await page.click("#stop");
 });
 
 test("the third session of the window gets 429: the page shows the wait and sends nothing more", async (t) => {
   const page = await open(t);
-  await control({ dropCallsAfterMs: 1000 });
+  // Secrets that do not outlive a reconnect's wait: each reconnect needs a new session.
+  await control({ dropCallsAfterMs: 1000, secretLifetimeS: 5 });
   await page.click("#start");
   await waitState(page, "rate_limited", 30_000);
   await screenshot(page, "rate-limited");
@@ -242,6 +249,77 @@ test("a lost /session answer: the retry carries the same key and gets the same s
   assert.equal(sessions[1].secret, sessions[0].secret);
   assert.equal(ipCount(), 1, "one quota unit");
   await page.click("#stop");
+});
+
+test("a /calls outage with Retry-After: the page waits it out with its one secret", async (t) => {
+  const page = await open(t);
+  await control({ refuseCalls: { status: 503, retryAfter: 4, count: 2 } });
+  await page.click("#start");
+  await waitState(page, "waiting", 10_000);
+  assert.match(await page.locator("#status").textContent(), /trying again in \d+ s/);
+  await waitState(page, "connected", 40_000);
+  const log = await serverLog();
+  assert.deepEqual(log.calls.map((c) => c.status), [503, 503, 201]);
+  for (let i = 1; i < log.calls.length; i++) {
+    const gap = log.calls[i].t - log.calls[i - 1].t;
+    assert.ok(gap >= 4000, `call ${i + 1} came ${gap} ms after a 503 with Retry-After 4`);
+    assert.equal(log.calls[i].secret, log.calls[0].secret, "every try carries the same secret");
+  }
+  assert.equal(log.sessions.length, 1, JSON.stringify(log.sessions));
+  assert.equal(log.mints.length, 1, "one secret minted for the whole outage");
+  assert.equal(ipCount(), 1, "one quota unit");
+  await page.click("#stop");
+});
+
+test("a gateway's 504 after the mint: the retry carries the same key and gets the same secret", async (t) => {
+  const page = await open(t);
+  await control({ nextSessionAnswer: 504 });
+  await page.click("#start");
+  await waitState(page, "connected", 30_000);
+  const log = await serverLog();
+  const sessions = log.sessions;
+  assert.equal(sessions.length, 2, JSON.stringify(sessions));
+  assert.equal(sessions[0].gateway, 504);
+  assert.equal(sessions[1].key, sessions[0].key, "the same key after a gateway's 504");
+  assert.equal(sessions[1].replayed, true, "Idempotent-Replayed: true");
+  assert.equal(sessions[1].secret, sessions[0].secret);
+  assert.equal(log.mints.length, 1);
+  assert.equal(ipCount(), 1, "one quota unit");
+  await page.click("#stop");
+});
+
+test("a crafted link cannot choose where the page sends its requests and the secret", async (t) => {
+  // Another origin that would take the secret: it counts whatever reaches it.
+  const hits = [];
+  const evil = http.createServer((req, res) => {
+    hits.push(`${req.method} ${req.url} ${req.headers.authorization || ""}`);
+    res.writeHead(204, { "access-control-allow-origin": "*", "access-control-allow-headers": "*" });
+    res.end();
+  });
+  await new Promise((resolve) => evil.listen(0, "127.0.0.1", resolve));
+  t.after(() => new Promise((resolve) => evil.close(resolve)));
+  const evilOrigin = `http://127.0.0.1:${evil.address().port}`;
+  const links = [
+    `?realtime=${encodeURIComponent(evilOrigin)}`,
+    `?api=${encodeURIComponent(`${evilOrigin}/api`)}&voice=x`,
+  ];
+  for (const query of links) {
+    const page = await open(t, `${pageOrigin}/${query}`);
+    const requested = [];
+    page.on("request", (r) => requested.push(r.url()));
+    await until("the Start button", async () => !(await page.locator("#start").isDisabled()));
+    await page.click("#start");
+    await until(`${query}: connected, or a request elsewhere`, async () => hits.length > 0 || (await state(page)) === "connected");
+    assert.deepEqual(hits, [], `${query}: nothing reaches the origin in the link`);
+    assert.deepEqual(requested.filter((u) => u.startsWith(evilOrigin)), [], query);
+    const log = await serverLog();
+    assert.equal(log.sessions.length, 1, `${query}: POST /api/session on the page's own origin`);
+    assert.equal(log.calls.length, 1, `${query}: the offer went to the configured Realtime origin`);
+    assert.equal(log.calls[0].secret, log.sessions[0].secret);
+    const config = await page.evaluate(() => ({ api: window.tollgateConfig.api, realtime: window.tollgateConfig.realtime }));
+    assert.deepEqual(config, { api: "/api", realtime }, "the origins of the page's config.json");
+    await page.click("#stop");
+  }
 });
 
 test("cross-origin: a listed origin works, another is blocked by the browser", async (t) => {

@@ -4,7 +4,11 @@
 // - the page: `web/` served as static files, and `/api/*` proxied to the functions under
 //   `cargo lambda watch`, so page and API share one origin as they do behind CloudFront
 //   (`--port`); optionally the same page from a second origin with no API of its own, for the
-//   cross-origin test (`--second-port`);
+//   cross-origin test (`--second-port`). Each origin serves its own `config.json`, made here
+//   from the ports as the deploy makes the real one from the stack: `{"api": "/api"}` on the
+//   first, the first origin's `/api` on the second, and `realtime` the stand-in (or
+//   `--realtime-origin`, e.g. https://api.openai.com when the functions mint real secrets).
+//   The page reads its origins from that file only, never from its query string;
 // - OpenAI, on its own origin as in production (`--realtime-port`):
 //   `POST /v1/realtime/client_secrets` (what the ephemeral-key function calls) mints
 //   `ek_local_…` secrets and remembers them; `POST /v1/realtime/calls` (what the browser calls)
@@ -12,9 +16,11 @@
 //   (werift), opens `oai-events` with a `session.created` event and echoes the caller's audio
 //   back (Chromium's fake microphone is a tone);
 // - a control and log API for tests on the page origin (`/_dev/control`, `/_dev/log`): drop each
-//   call after N ms (the idle close that started lesson 000), refuse calls with 401/429, fail the
-//   mints with a status and `Retry-After`, lose the next `/api/session` answer after the function
-//   gave it; and every `/api/session` request, call and mint with a timestamp.
+//   call after N ms (the idle close that started lesson 000), refuse calls with a status and
+//   `Retry-After` (401, 429, a 503 outage), fail the mints with a status and `Retry-After`, mint
+//   secrets of a given lifetime, lose the next `/api/session` answer after the function gave it
+//   or replace it with a gateway's 502/504; and every `/api/session` request, call and mint with
+//   a timestamp.
 //
 // CommonJS, because its two packages (werift) come from `NODE_PATH` (the cache dir `cargo xtask
 // setup` installs into), which ES module resolution ignores.
@@ -28,12 +34,12 @@ const { RTCPeerConnection } = require("werift");
 
 const WEB_ROOT = path.resolve(__dirname, "..");
 /** Page files served; anything else under web/ (tests, package files, this dir) is not. */
-const PAGE_FILES = new Set(["/index.html", "/demo.js", "/voice-client.js", "/retry.js", "/style.css"]);
+const PAGE_FILES = new Set(["/index.html", "/demo.js", "/config.js", "/voice-client.js", "/retry.js", "/style.css"]);
 const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8" };
 const MAX_BODY = 256 * 1024;
 
 function parseArgs(argv) {
-  const opts = { port: 0, secondPort: null, realtimePort: 0, functions: null };
+  const opts = { port: 0, secondPort: null, realtimePort: 0, realtimeOrigin: null, functions: null };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     if (value === undefined) throw new Error(`${flag} needs a value`);
@@ -41,6 +47,7 @@ function parseArgs(argv) {
       case "--port": opts.port = Number(value); break;
       case "--second-port": opts.secondPort = Number(value); break;
       case "--realtime-port": opts.realtimePort = Number(value); break;
+      case "--realtime-origin": opts.realtimeOrigin = new URL(value).origin; break;
       case "--functions": opts.functions = value.replace(/\/$/, ""); break;
       default: throw new Error(`unknown argument ${flag}`);
     }
@@ -53,9 +60,11 @@ function parseArgs(argv) {
 const state = {
   control: {
     dropCallsAfterMs: null,
-    refuseCalls: null, // {status, count}
+    refuseCalls: null, // {status, retryAfter, count}
     failMints: null, // {status, retryAfter, count}
+    secretLifetimeS: null, // mint secrets living this long, whatever the function asked
     loseNextSessionAnswer: false,
+    nextSessionAnswer: null, // a status (502, 504) sent instead of the function's next answer
   },
   log: { sessions: [], mints: [], calls: [] },
   secrets: new Map(), // value -> expires_at (s)
@@ -89,6 +98,21 @@ function json(res, status, value, extra = {}) {
 }
 
 // --- the page and the API proxy --------------------------------------------------------------
+
+/**
+ * The page server of one origin; `config` is that origin's `config.json`. A `config.json` in
+ * web/ (a deploy's leftover) is never served: the dev stack's origins are its own ports.
+ */
+function pageServer(config) {
+  const body = JSON.stringify(config);
+  return (req, res) => {
+    const { pathname } = new URL(req.url, "http://page");
+    if (pathname === "/config.json" && (req.method === "GET" || req.method === "HEAD")) {
+      return send(res, 200, { "content-type": "application/json", "cache-control": "no-store" }, body);
+    }
+    return servePage(req, res);
+  };
+}
 
 function servePage(req, res) {
   const url = new URL(req.url, "http://page");
@@ -147,6 +171,15 @@ async function proxyApi(opts, req, res) {
       req.socket.destroy();
       return;
     }
+    if (state.control.nextSessionAnswer) {
+      // The function answered; a gateway in between answers with its own 502/504 instead
+      // (CloudFront's origin timeout, a function URL whose invocation died after the mint).
+      const status = state.control.nextSessionAnswer;
+      state.control.nextSessionAnswer = null;
+      entry.lost = true;
+      entry.gateway = status;
+      return send(res, status, { "content-type": "text/html" }, `<html><body>${status} from the dev server's gateway</body></html>`);
+    }
   }
   const passed = {};
   answer.headers.forEach((v, k) => {
@@ -162,7 +195,14 @@ async function control(req, res) {
     const change = JSON.parse((await readBody(req)).toString("utf8") || "{}");
     if (change.reset) {
       state.log = { sessions: [], mints: [], calls: [] };
-      state.control = { dropCallsAfterMs: null, refuseCalls: null, failMints: null, loseNextSessionAnswer: false };
+      state.control = {
+        dropCallsAfterMs: null,
+        refuseCalls: null,
+        failMints: null,
+        secretLifetimeS: null,
+        loseNextSessionAnswer: false,
+        nextSessionAnswer: null,
+      };
       for (const pc of state.peers) await pc.close().catch(() => {});
       state.peers.clear();
     }
@@ -174,12 +214,17 @@ async function control(req, res) {
 
 // --- OpenAI ------------------------------------------------------------------------------------
 
-/** The browser calls `/v1/realtime/calls` from the page's origin, as it calls api.openai.com. */
+/**
+ * The browser calls `/v1/realtime/calls` from the page's origin, as it calls api.openai.com.
+ * `Retry-After` is exposed so the page can honour it; whether the real provider exposes it is
+ * not something the page relies on (without it the page waits its own back-off, 60 s at least
+ * after a 429).
+ */
 const OPENAI_CORS = {
   "access-control-allow-origin": "*",
   "access-control-allow-headers": "Authorization, Content-Type",
   "access-control-allow-methods": "POST",
-  "access-control-expose-headers": "Location",
+  "access-control-expose-headers": "Location, Retry-After",
 };
 
 function takeCount(rule) {
@@ -213,7 +258,7 @@ async function mint(req, res) {
     entry.status = 400;
     return json(res, 400, { error: { message: "not JSON", type: "invalid_request_error" } });
   }
-  const seconds = Number(asked?.expires_after?.seconds) || 600;
+  const seconds = state.control.secretLifetimeS ?? (Number(asked?.expires_after?.seconds) || 600);
   state.minted += 1;
   const value = `ek_local_${state.minted}_${crypto.randomBytes(12).toString("hex")}`;
   const expires_at = Math.floor(now / 1000) + seconds;
@@ -248,7 +293,8 @@ async function call(req, res) {
   const expires = state.secrets.get(secret);
   if (refuse) {
     entry.status = refuse.status;
-    return json(res, refuse.status, { error: { message: "stand-in: refusing on purpose" } }, OPENAI_CORS);
+    const extra = refuse.retryAfter ? { "retry-after": String(refuse.retryAfter) } : {};
+    return json(res, refuse.status, { error: { message: "stand-in: refusing on purpose" } }, { ...OPENAI_CORS, ...extra });
   }
   if (!expires || expires * 1000 <= Date.now()) {
     entry.status = 401;
@@ -326,16 +372,21 @@ function listen(handler, port) {
 
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
+  // The stand-in first: its port goes into the pages' config.json.
+  const realtime = await listen(openai, opts.realtimePort);
+  const url = (s) => `http://127.0.0.1:${s.address().port}`;
+  const realtimeOrigin = opts.realtimeOrigin || url(realtime);
+  const pageConfig = pageServer({ api: "/api", realtime: realtimeOrigin });
   const page = await listen((req, res) => {
     if (req.url.startsWith("/api/") || req.url === "/api") return proxyApi(opts, req, res);
     if (req.url.startsWith("/_dev/")) return control(req, res);
-    return servePage(req, res);
+    return pageConfig(req, res);
   }, opts.port);
-  const second = opts.secondPort == null ? null : await listen(servePage, opts.secondPort);
-  const realtime = await listen(openai, opts.realtimePort);
-  const url = (s) => `http://127.0.0.1:${s.address().port}`;
+  // The second origin has no API of its own: its page calls the first origin's, cross-origin.
+  const secondConfig = pageServer({ api: `${url(page)}/api`, realtime: realtimeOrigin });
+  const second = opts.secondPort == null ? null : await listen(secondConfig, opts.secondPort);
   // One line on stdout that the caller waits for.
-  console.log(JSON.stringify({ ready: true, web_url: `${url(page)}/`, second_url: second ? `${url(second)}/` : null, realtime_url: url(realtime) }));
+  console.log(JSON.stringify({ ready: true, web_url: `${url(page)}/`, second_url: second ? `${url(second)}/` : null, realtime_url: realtimeOrigin }));
   const stop = () => process.exit(0);
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);

@@ -16,6 +16,12 @@ declare module 'node:assert/strict' {
     notEqual(actual: unknown, expected: unknown, message?: string): void;
     deepEqual<T>(actual: unknown, expected: T, message?: string): asserts actual is T;
     match(value: string, pattern: RegExp, message?: string): void;
+    throws(fn: () => unknown, error: abstract new (...args: any[]) => Error, message?: string): void;
+    rejects(
+      promise: Promise<unknown>,
+      error: abstract new (...args: any[]) => Error,
+      message?: string,
+    ): Promise<void>;
   }
   const assert: Assert;
   export default assert;

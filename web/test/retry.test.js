@@ -95,7 +95,7 @@ test('back-off: doubles from the base, jitter only upwards, never above the cap'
   }
 });
 
-test('drop: "reconnecting in 3 s", a new secret under a new key, backing off to the cap', () => {
+test('drop: "reconnecting in 3 s", a new call with the secret held, backing off to the cap', () => {
   const { p, env } = policy();
   env.r = 0;
   const first = retry(p.decide(drop()));
@@ -103,6 +103,7 @@ test('drop: "reconnecting in 3 s", a new secret under a new key, backing off to 
     action: 'retry',
     state: 'reconnecting',
     delayMs: 3_000,
+    next: 'call',
     sameKey: false,
     reason: 'drop',
   });
@@ -221,12 +222,28 @@ test('no answer from /session: the same key again, backing off, bounded', () => 
 
 test('other 5xx from /session: back off under a fresh key, bounded', () => {
   const { p } = policy();
-  for (const status of [500, 502, 504, 599]) {
+  for (const status of [500, 501, 599]) {
     const d = retry(p.decide(session(status)));
+    assert.equal(d.next, 'session');
     assert.equal(d.sameKey, false, `${status}`);
     assert.equal(d.reason, 'server_error');
   }
+  retry(p.decide(session(500)));
   assert.equal(stop(p.decide(session(500))).reason, 'exhausted');
+});
+
+test('502 and 504 from /session (a gateway that lost the answer): the same key, backing off', () => {
+  const { p } = policy();
+  const waits = [];
+  for (const status of [502, 504, 502, 504]) {
+    const d = retry(p.decide(session(status)));
+    assert.equal(d.next, 'session');
+    assert.equal(d.sameKey, true, `${status}: the function may have minted under this key`);
+    assert.equal(d.state, 'reconnecting');
+    waits.push(d.delayMs);
+  }
+  assert.deepEqual(waits, [1_000, 2_000, 4_000, 8_000]);
+  assert.equal(stop(p.decide(session(504))).reason, 'exhausted');
 });
 
 test('409 (our earlier request still running): the same key after Retry-After', () => {
@@ -258,6 +275,7 @@ test('401 from /calls re-mints once, at once, under a new key; a second 401 stop
     action: 'retry',
     state: 'connecting',
     delayMs: 0,
+    next: 'session',
     sameKey: false,
     reason: 'remint',
   });
@@ -274,12 +292,55 @@ test('401 from /calls: a call that connected in between allows one more re-mint'
   assert.equal(retry(p.decide({ kind: 'calls', status: 401, retryAfter: null })).reason, 'remint');
 });
 
-test('429 from /calls stops; Start again after its Retry-After', () => {
+test('429 from /calls (the provider\'s limit): wait its Retry-After, then a call with the same secret', () => {
   const { p } = policy();
-  const s = stop(p.decide({ kind: 'calls', status: 429, retryAfter: 30 }));
-  assert.equal(s.state, 'rate_limited');
-  assert.equal(s.reason, 'provider_rate_limited');
-  assert.equal(s.restartAt, T0 + 30_000);
+  const d = retry(p.decide({ kind: 'calls', status: 429, retryAfter: 30 }));
+  assert.deepEqual(d, {
+    action: 'retry',
+    state: 'waiting',
+    delayMs: 30_000,
+    next: 'call',
+    sameKey: false,
+    reason: 'provider_busy',
+  });
+  // No readable Retry-After (a cross-origin header the provider does not expose): 60 s.
+  assert.equal(retry(p.decide({ kind: 'calls', status: 429, retryAfter: null })).delayMs, 60_000);
+  // Never below the back-off of the streak it is part of.
+  const { p: p2 } = policy();
+  for (let i = 0; i < 5; i++) retry(p2.decide(drop()));
+  assert.equal(retry(p2.decide({ kind: 'calls', status: 429, retryAfter: 1 })).delayMs, 48_000);
+});
+
+test('/calls failures: a Retry-After is a floor under the back-off, jitter on both', () => {
+  for (const r of [0, 0.999_999]) {
+    const { p, env } = policy();
+    env.r = r;
+    const d = retry(p.decide({ kind: 'calls', status: 503, retryAfter: 20 }));
+    assert.equal(d.state, 'waiting', 'told when to come back');
+    assert.equal(d.next, 'call');
+    assert.ok(d.delayMs >= 20_000 && d.delayMs <= 25_000, `r=${r}: ${d.delayMs}`);
+    const e = retry(p.decide({ kind: 'calls', status: 500, retryAfter: null }));
+    assert.equal(e.state, 'reconnecting');
+    assert.ok(e.delayMs >= 6_000 && e.delayMs <= 7_500, `r=${r}: ${e.delayMs}`);
+  }
+});
+
+test('/calls failing maxReconnects times in a row: failed, the provider unavailable', () => {
+  const { p } = policy({ maxReconnects: 2 });
+  retry(p.decide({ kind: 'calls', status: 503, retryAfter: 5 }));
+  retry(p.decide({ kind: 'calls_lost' }));
+  assert.equal(stop(p.decide({ kind: 'calls', status: 502, retryAfter: null })).reason, 'provider_unavailable');
+});
+
+test('a secret is used for another call only while it outlives the margin', () => {
+  const { p, env } = policy({ secretMarginMs: 10_000 });
+  assert.equal(p.secretUsable(T0 + 600_000), true);
+  assert.equal(p.secretUsable(T0 + 10_000), true);
+  assert.equal(p.secretUsable(T0 + 9_999), false);
+  assert.equal(p.secretUsable(0), false, 'a secret without a stated life');
+  env.now = T0 + 595_000;
+  assert.equal(p.secretUsable(T0 + 600_000), false);
+  assert.equal(RETRY_DEFAULTS.secretMarginMs, 10_000);
 });
 
 test('other /calls failures back off like a drop, on the same count', () => {
@@ -288,6 +349,6 @@ test('other /calls failures back off like a drop, on the same count', () => {
   assert.equal(retry(p.decide({ kind: 'calls_lost' })).delayMs, 6_000);
   assert.equal(retry(p.decide(drop())).delayMs, 12_000);
   const d = retry(p.decide({ kind: 'calls', status: 400, retryAfter: null }));
-  assert.equal(d.sameKey, false);
+  assert.equal(d.next, 'call', 'the same secret, while it lives');
   assert.equal(d.reason, 'provider_error');
 });

@@ -181,11 +181,14 @@ class FakePeerConnection extends EventTarget {
  * @typedef {(request: Sent) => Response | Promise<Response>} Responder
  */
 
-/** A secret's JSON as `POST /session` answers it. */
-/** @param {string} secret */
-function minted(secret) {
+/**
+ * A secret's JSON as `POST /session` answers it.
+ * @param {string} secret
+ * @param {number} [expiresAt] unix seconds; by default 10 minutes after T0
+ */
+function minted(secret, expiresAt = T0 / 1000 + 600) {
   return Response.json(
-    { client_secret: secret, expires_at: 1767226201, model: 'gpt-realtime', voice: 'marin' },
+    { client_secret: secret, expires_at: expiresAt, model: 'gpt-realtime', voice: 'marin' },
     { status: 200, headers: { 'Cache-Control': 'no-store' } },
   );
 }
@@ -231,8 +234,14 @@ class World {
   events = [];
   audio = audioElement();
   #secrets = 0;
+  /** How long the secrets `session` mints live (the function's default, 600 s). */
+  lifetimeS = 600;
+  /** A new secret, living `lifetimeS` from now, as the function mints it. */
+  mint() {
+    return minted(`ek_${++this.#secrets}`, Math.floor(this.clock.now() / 1000) + this.lifetimeS);
+  }
   /** @type {Responder} */
-  session = () => minted(`ek_${++this.#secrets}`);
+  session = () => this.mint();
   /** @type {Responder} */
   provider = () => new Response('v=0 answer', { status: 201, headers: { 'Content-Type': 'application/sdp' } });
   /** @type {string[]} */
@@ -372,7 +381,7 @@ test('the body is {} without a voice; onState and statechange see every state', 
   assert.deepEqual(events, seen);
 });
 
-test('drop: "Disconnected, reconnecting in 3 s", then a new secret under a new key', async () => {
+test('drop: "Disconnected, reconnecting in 3 s", then a new call with the secret held', async () => {
   for (const how of ['failed', 'closed', 'channel']) {
     const w = new World();
     const client = w.client();
@@ -389,11 +398,11 @@ test('drop: "Disconnected, reconnecting in 3 s", then a new secret under a new k
     assert.equal(first.closed, true, 'the dropped call is closed');
     assert.equal(client.peerConnection, null);
     await w.clock.advance(2_999);
-    assert.equal(w.sessions.length, 1, `${how}: nothing before 3 s`);
+    assert.equal(w.calls.length, 1, `${how}: nothing before 3 s`);
     await w.clock.advance(1);
-    assert.equal(w.sessions.length, 2, how);
-    assert.notEqual(key(w.sessions[1]), key(w.sessions[0]), 'a new secret needs a new key');
-    assert.equal(w.calls[1].headers.Authorization, 'Bearer ek_2');
+    assert.equal(w.calls.length, 2, how);
+    assert.equal(w.sessions.length, 1, `${how}: the secret still lives, so no second unit`);
+    assert.equal(w.calls[1].headers.Authorization, 'Bearer ek_1');
     assert.notEqual(w.pc, first);
     assert.equal(client.state.name, 'connected');
     assert.equal(w.micRequests, 1, 'the microphone is kept across reconnects');
@@ -414,7 +423,7 @@ test('repeated drops back off 3, 6, 12, 24, 48 s with jitter, capped at 60 s', a
       // Long enough for the longest wait, too short for the new call to count as stable.
       await w.clock.advance(60_000);
     }
-    const gaps = w.sessions.slice(1).map((s, i) => s.at - dropped[i]);
+    const gaps = w.calls.slice(1).map((c, i) => c.at - dropped[i]);
     const nominal = [3_000, 6_000, 12_000, 24_000, 48_000, 48_000, 48_000];
     gaps.forEach((gap, i) => {
       assert.ok(gap >= nominal[i], `random ${random}, gap ${i}: ${gap} < ${nominal[i]}`);
@@ -461,7 +470,8 @@ test('a call that stays disconnected for disconnectGraceMs is a drop; one that r
   assert.equal(client.state.reason, 'disconnected');
   assert.equal(first.closed, true);
   await w.clock.advance(3_000);
-  assert.equal(w.sessions.length, 2, 'a new secret after the drop');
+  assert.equal(w.calls.length, 2, 'a new call after the drop');
+  assert.equal(w.sessions.length, 1, 'with the same secret');
 });
 
 test('the provider\'s 60-minute cap ends the call and reconnects in 3 s', async () => {
@@ -529,9 +539,11 @@ test('429 from /session: shows the wait, sends nothing more for a day, Start onl
 
 test('lesson 000: drops then 429 on the reconnect: stop, however often the calls would drop', async () => {
   const w = new World();
+  // Secrets shorter-lived than the reconnect wait: each reconnect needs a new one.
+  w.lifetimeS = 2;
   const client = w.client();
   let served = 0;
-  w.session = () => (++served <= 2 ? minted(`ek_${served}`) : problem(429, 'Wait 3600 seconds.', 3600));
+  w.session = () => (++served <= 2 ? w.mint() : problem(429, 'Wait 3600 seconds.', 3600));
   client.start();
   await w.clock.advance(0);
   w.pc.setState('failed');
@@ -597,12 +609,14 @@ test('503 then recovery: connects once the service answers', async () => {
   assert.deepEqual(names(client), ['connecting', 'waiting', 'connecting', 'waiting', 'connecting', 'connected']);
 });
 
-test('no answer from /session: the retry carries the same key; the next attempt a new one', async () => {
+test('no answer from /session: the retry carries the same key; the next session a new one', async () => {
   for (const how of ['throws', 'body cut off', 'timeout']) {
     const w = new World();
+    // Secrets that do not outlive the drop below, so the reconnect asks for a new one.
+    w.lifetimeS = 5;
     let n = 0;
     w.session = (request) => {
-      if (++n > 1) return minted(`ek_${n}`);
+      if (++n > 1) return w.mint();
       if (how === 'throws') throw new TypeError('Failed to fetch');
       if (how === 'timeout') return never(request);
       const body = new ReadableStream({
@@ -625,7 +639,8 @@ test('no answer from /session: the retry carries the same key; the next attempt 
     assert.equal(client.state.name, 'connected', how);
     w.pc.setState('failed');
     await w.clock.advance(3_000);
-    assert.notEqual(key(w.sessions[2]), key(w.sessions[1]), `${how}: a new attempt, a new key`);
+    assert.equal(w.sessions.length, 3, how);
+    assert.notEqual(key(w.sessions[2]), key(w.sessions[1]), `${how}: a new secret, a new key`);
   }
 });
 
@@ -728,21 +743,7 @@ test('401 from /calls, then the new secret works: connected', async () => {
   assert.equal(w.sessions.length, 2);
 });
 
-test('429 from /calls: stop, nothing more', async () => {
-  const w = new World();
-  w.provider = () => new Response('', { status: 429, headers: { 'Retry-After': '30' } });
-  const client = w.client();
-  client.start();
-  await w.clock.advance(0);
-  assert.equal(client.state.name, 'rate_limited');
-  assert.equal(client.state.reason, 'provider_rate_limited');
-  assert.equal(client.state.seconds, 30);
-  await w.clock.advance(24 * HOUR);
-  assert.equal(w.sessions.length, 1);
-  assert.equal(w.calls.length, 1);
-});
-
-test('other /calls failures back off like a drop, with a new secret', async () => {
+test('other /calls failures back off like a drop, with the same secret', async () => {
   const w = new World();
   let n = 0;
   w.provider = (request) => {
@@ -763,8 +764,8 @@ test('other /calls failures back off like a drop, with a new secret', async () =
   assert.equal(client.state.seconds, 12);
   await w.clock.advance(12_000);
   assert.equal(client.state.name, 'connected');
-  assert.equal(w.sessions.length, 4);
-  assert.equal(new Set(w.sessions.map(key)).size, 4);
+  assert.equal(w.sessions.length, 1, 'one secret for all four calls');
+  assert.ok(w.calls.every((c) => c.headers.Authorization === 'Bearer ek_1'));
 });
 
 test('an answer that is not SDP counts as a failed call', async () => {
@@ -877,4 +878,201 @@ test('describeState: short texts for people', () => {
   assert.equal(say({ name: 'waiting', seconds: 5 }), 'The service is busy, trying again in 5 s');
   assert.equal(say({ name: 'rate_limited', until: T0 + 1_200_000 }), 'Paused: too many sessions. You can start again at 12:20.');
   assert.equal(say({ name: 'rate_limited', canStart: true, until: T0 }), 'Paused: too many sessions. You can start again now.');
+});
+
+// --- Issue 18, item 6: a provider outage must not spend the quota -----------------------------
+
+/**
+ * The provider's answer while it is down.
+ * @param {number} status
+ * @param {number} [retryAfter]
+ */
+function providerDown(status, retryAfter) {
+  /** @type {Record<string, string>} */
+  const headers = { 'Content-Type': 'application/json' };
+  if (retryAfter !== undefined) headers['Retry-After'] = String(retryAfter);
+  return new Response('{"error":{"message":"upstream unavailable"}}', { status, headers });
+}
+
+const answered = () => new Response('v=0 answer', { status: 201, headers: { 'Content-Type': 'application/sdp' } });
+
+test('ten minutes of /calls outage cost at most one session unit per secret lifetime', async () => {
+  const OUTAGE = 10 * 60_000;
+  const MARGIN = 10_000;
+  for (const lifetimeS of [600, 120]) {
+    const w = new World();
+    w.lifetimeS = lifetimeS;
+    w.provider = (request) => (request.at < T0 + OUTAGE ? providerDown(503, 5) : answered());
+    // No give-up during the outage, so that all ten minutes are spent retrying.
+    const client = w.client({ retry: { maxReconnects: 1_000, secretMarginMs: MARGIN } });
+    client.start();
+    await w.clock.advance(OUTAGE + 60_000);
+
+    assert.equal(client.state.name, 'connected', `${lifetimeS} s: connected once the provider is back`);
+    assert.ok(w.calls.length >= 10, `${lifetimeS} s: the outage was retried (${w.calls.length} calls)`);
+    const useful = lifetimeS * 1000 - MARGIN;
+    const allowed = 1 + Math.floor((w.clock.now() - T0) / useful);
+    assert.ok(
+      w.sessions.length <= allowed,
+      `${lifetimeS} s secrets: ${w.sessions.length} sessions for ${w.calls.length} calls, at most ${allowed}`,
+    );
+    w.sessions.slice(1).forEach((s, i) => {
+      assert.ok(s.at - w.sessions[i].at >= useful, `${lifetimeS} s: session ${i + 2} came before the last one ran out`);
+      assert.notEqual(key(s), key(w.sessions[i]), 'a new secret under a new key');
+    });
+    // Every call carried the secret of the latest session before it.
+    for (const c of w.calls) {
+      const before = w.sessions.filter((s) => s.at <= c.at).length;
+      assert.equal(c.headers.Authorization, `Bearer ek_${before}`);
+    }
+    // The provider's Retry-After is never undercut.
+    w.calls.slice(1).forEach((c, i) => {
+      assert.ok(c.at - w.calls[i].at >= 5_000, `call ${i + 2}: ${c.at - w.calls[i].at} ms after a Retry-After of 5 s`);
+    });
+  }
+});
+
+test('a /calls outage with the default policy: one session, then failed after the bounded retries', async () => {
+  const w = new World();
+  w.provider = () => providerDown(503);
+  const client = w.client();
+  client.start();
+  await w.clock.advance(10 * 60_000);
+  assert.equal(w.sessions.length, 1, 'one secret for the whole outage');
+  assert.equal(w.calls.length, 9, 'the call and its 8 retries');
+  assert.ok(w.calls.every((c) => c.headers.Authorization === 'Bearer ek_1'));
+  assert.equal(client.state.name, 'failed');
+  assert.equal(client.state.reason, 'provider_unavailable');
+  assert.equal(describeState(client.state), 'The voice service is not available. Try again later.');
+});
+
+test('/calls 503 with Retry-After: waiting, the next call no sooner and with the same secret', async () => {
+  const w = new World();
+  let n = 0;
+  w.provider = () => (++n <= 2 ? providerDown(503, 20) : answered());
+  const client = w.client();
+  client.start();
+  await w.clock.advance(0);
+  assert.equal(client.state.name, 'waiting');
+  assert.equal(client.state.reason, 'provider_error');
+  assert.equal(client.state.seconds, 20, 'the provider\'s 20 s, not our 3 s');
+  await w.clock.advance(19_999);
+  assert.equal(w.calls.length, 1);
+  await w.clock.advance(1);
+  assert.equal(w.calls.length, 2);
+  await w.clock.advance(20_000);
+  assert.equal(client.state.name, 'connected');
+  assert.equal(w.sessions.length, 1);
+  assert.deepEqual(w.calls.map((c) => c.headers.Authorization), ['Bearer ek_1', 'Bearer ek_1', 'Bearer ek_1']);
+});
+
+test('429 from /calls: the provider\'s limit; wait its Retry-After, then the same secret again', async () => {
+  const w = new World();
+  let n = 0;
+  w.provider = () => (++n === 1 ? providerDown(429, 30) : answered());
+  const client = w.client();
+  client.start();
+  await w.clock.advance(0);
+  assert.equal(client.state.name, 'waiting');
+  assert.equal(client.state.reason, 'provider_busy');
+  assert.equal(client.state.seconds, 30);
+  await w.clock.advance(29_999);
+  assert.equal(w.calls.length, 1, 'nothing before Retry-After');
+  await w.clock.advance(1);
+  assert.equal(client.state.name, 'connected');
+  assert.equal(w.sessions.length, 1, 'no new secret: the provider\'s 429 is not our quota');
+  assert.equal(w.calls[1].headers.Authorization, 'Bearer ek_1');
+});
+
+test('429 from /calls without a readable Retry-After waits 60 s; bounded like every failed call', async () => {
+  const w = new World();
+  w.provider = () => providerDown(429);
+  const client = w.client();
+  client.start();
+  await w.clock.advance(0);
+  assert.equal(client.state.seconds, 60);
+  await w.clock.advance(24 * HOUR);
+  assert.equal(w.calls.length, 9);
+  w.calls.slice(1).forEach((c, i) => assert.ok(c.at - w.calls[i].at >= 60_000));
+  assert.equal(client.state.name, 'failed');
+  assert.ok(w.sessions.length <= 2, `${w.sessions.length} sessions in ${(w.clock.now() - T0) / 60_000} min`);
+});
+
+test('a secret that expired during the wait: a new session under a new key, then the call', async () => {
+  const w = new World();
+  w.lifetimeS = 15;
+  let n = 0;
+  w.provider = () => (++n === 1 ? providerDown(503, 10) : answered());
+  const client = w.client();
+  client.start();
+  await w.clock.advance(12_500);
+  assert.equal(client.state.name, 'connected');
+  assert.equal(w.sessions.length, 2, '15 s secret, 12.5 s later: less than the 10 s margin left');
+  assert.notEqual(key(w.sessions[1]), key(w.sessions[0]));
+  assert.equal(w.calls[1].headers.Authorization, 'Bearer ek_2');
+});
+
+test('a 401 from /calls on a held secret: a new session at once', async () => {
+  const w = new World();
+  let n = 0;
+  w.provider = () => {
+    n++;
+    if (n === 1) return providerDown(503);
+    if (n === 2) return new Response('{"error":{"message":"expired"}}', { status: 401 });
+    return answered();
+  };
+  const client = w.client();
+  client.start();
+  await w.clock.advance(3_000);
+  assert.equal(client.state.name, 'connected');
+  assert.equal(w.sessions.length, 2);
+  assert.deepEqual(w.calls.map((c) => c.headers.Authorization), ['Bearer ek_1', 'Bearer ek_1', 'Bearer ek_2']);
+  assert.equal(w.calls[2].at, w.calls[1].at);
+});
+
+test('502 and 504 from /session (a gateway lost the answer): the retry carries the same key', async () => {
+  for (const status of [502, 504]) {
+    const w = new World();
+    let n = 0;
+    w.session = () => (++n === 1 ? new Response('<html>Bad gateway</html>', { status }) : w.mint());
+    const client = w.client();
+    client.start();
+    await w.clock.advance(0);
+    assert.equal(client.state.name, 'reconnecting', `${status}`);
+    await w.clock.advance(1_000);
+    assert.equal(w.sessions.length, 2, `${status}`);
+    assert.equal(key(w.sessions[1]), key(w.sessions[0]), `${status}: the same key, so the function replays its secret`);
+    assert.equal(client.state.name, 'connected');
+  }
+});
+
+test('a dropped call reconnects with the secret it holds; a secret past its life is replaced', async () => {
+  const w = new World();
+  const client = w.client();
+  client.start();
+  await w.clock.advance(0);
+  w.pc.setState('failed');
+  await w.clock.advance(3_000);
+  assert.equal(client.state.name, 'connected');
+  assert.equal(w.sessions.length, 1, 'no second unit for a reconnect');
+  assert.equal(w.calls[1].headers.Authorization, 'Bearer ek_1');
+  await w.clock.advance(10 * 60_000);
+  w.pc.setState('failed');
+  await w.clock.advance(3_000);
+  assert.equal(w.sessions.length, 2, 'the 10-minute secret ran out');
+  assert.notEqual(key(w.sessions[1]), key(w.sessions[0]));
+  assert.equal(w.calls[2].headers.Authorization, 'Bearer ek_2');
+});
+
+test('a /session answer without expires_at: its secret serves one call only', async () => {
+  const w = new World();
+  let n = 0;
+  w.session = () => Response.json({ client_secret: `ek_${++n}` });
+  const client = w.client();
+  client.start();
+  await w.clock.advance(0);
+  w.pc.setState('failed');
+  await w.clock.advance(3_000);
+  assert.equal(w.sessions.length, 2);
+  assert.equal(client.state.name, 'connected');
 });

@@ -129,8 +129,8 @@ pub struct Demo {
 pub struct StackFile {
     pub ephemeral_key_url: String,
     pub transfer_url: String,
-    /// The page, same-origin with the API under `/api` (with `?realtime=` pointing at the
-    /// stand-in when it runs).
+    /// The page, same-origin with the API under `/api`; its `config.json` (served by the dev
+    /// server) names the Realtime origin: the stand-in when it runs.
     pub web_url: String,
     pub dynamodb_endpoint: String,
     pub openai_stand_in: bool,
@@ -549,6 +549,11 @@ fn start_web(
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
+    // The page's config.json names the Realtime origin it sends the secrets to: OpenAI when the
+    // functions mint real secrets, else the stand-in (the server's default).
+    if real_openai {
+        cmd.args(["--realtime-origin", "https://api.openai.com"]);
+    }
     let mut tree = processes::spawn("web dev server", &mut cmd)?;
     let control = format!("http://127.0.0.1:{page}/_dev/log");
     let deadline = Instant::now() + WEB_READY_TIMEOUT;
@@ -561,14 +566,11 @@ fn start_web(
         let log = log_path.display();
         return Err(format!("the web dev server did not answer (log: {log})").into());
     }
-    let (realtime_url, query) = match real_openai {
-        true => ("https://api.openai.com".to_string(), String::new()),
-        false => {
-            let url = format!("http://127.0.0.1:{realtime}");
-            (url.clone(), format!("?realtime={url}"))
-        }
+    let realtime_url = match real_openai {
+        true => "https://api.openai.com".to_string(),
+        false => format!("http://127.0.0.1:{realtime}"),
     };
-    info.web_url = format!("http://127.0.0.1:{page}/{query}");
+    info.web_url = format!("http://127.0.0.1:{page}/");
     info.web = Web {
         second_url: format!("http://127.0.0.1:{second}/"),
         realtime_url,

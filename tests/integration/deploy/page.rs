@@ -186,6 +186,8 @@ fn every_path_reaches_its_origin() {
         "/",
         "/index.html",
         "/demo.js",
+        "/config.js",
+        "/config.json",
         "/voice-client.js",
         "/favicon.ico",
     ] {
@@ -364,6 +366,66 @@ fn page_csp_allows_only_our_origin_and_the_realtime_origin() {
         csp(&template, API_HEADERS),
         directives(&[("default-src", "'none'"), ("frame-ancestors", "'none'")])
     );
+}
+
+/// The page reads its origins from `config.json` (web/config.js), never from its URL; the deploy
+/// writes the `PageConfig` output there. It must name the API the stack serves (our own origin's
+/// `/api` behind CloudFront, the HTTP API's endpoint otherwise, as `ApiBaseUrl` does) and the
+/// `RealtimeOrigin` the CSP lets the page connect to, and nothing else.
+#[test]
+fn page_config_output_names_the_stacks_api_and_realtime_origin() {
+    let template = Template::load();
+    let output = template.output("PageConfig");
+    assert!(
+        output.get("Condition").is_none(),
+        "PageConfig exists for both front ends"
+    );
+    let branches = |value: &Value| -> (String, String) {
+        let args = at(value, &["Fn::If"])
+            .as_sequence()
+            .unwrap_or_else(|| panic!("an !If on the front end: {value:?}"));
+        let [condition, cloudfront, httpapi] = args.as_slice() else {
+            panic!("!If takes a condition and two values: {args:?}");
+        };
+        assert_eq!(condition.as_str(), Some("UseCloudFront"));
+        (
+            sub_string(cloudfront)
+                .or(cloudfront.as_str())
+                .expect("a string")
+                .to_string(),
+            sub_string(httpapi)
+                .or(httpapi.as_str())
+                .expect("a string")
+                .to_string(),
+        )
+    };
+    let (cloudfront, httpapi) = branches(at(output, &["Value"]));
+    let parse = |text: &str| -> BTreeMap<String, String> {
+        serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("PageConfig is a JSON object of strings: {text}: {e}"))
+    };
+    let expected = |api: &str| {
+        BTreeMap::from([
+            ("api".to_string(), api.to_string()),
+            ("realtime".to_string(), "${RealtimeOrigin}".to_string()),
+        ])
+    };
+    assert_eq!(
+        parse(&cloudfront),
+        expected("/api"),
+        "behind CloudFront: the API on the page's own origin"
+    );
+    assert_eq!(parse(&httpapi), expected("${HttpApi.ApiEndpoint}"));
+
+    // The same API base as the ApiBaseUrl output.
+    let api_base = at(template.output("ApiBaseUrl"), &["Value", "Fn::If"])
+        .as_sequence()
+        .expect("ApiBaseUrl is an !If on the front end");
+    assert_eq!(
+        sub_string(&api_base[1]),
+        Some("https://${Distribution.DomainName}/api")
+    );
+    assert_eq!(get_att_resource(&api_base[2]), Some("HttpApi"));
 }
 
 fn distribution_config(template: &Template) -> &Value {

@@ -53,6 +53,14 @@ impl Template {
         self.root.get("Globals").unwrap_or(&Value::Null)
     }
 
+    /// The declaration of output `name` (Description, Value, Condition).
+    pub fn output(&self, name: &str) -> &Value {
+        self.root
+            .get("Outputs")
+            .and_then(|o| o.get(name))
+            .unwrap_or_else(|| panic!("template has no output `{name}`"))
+    }
+
     /// The declaration of template parameter `name` (Type, Default, AllowedPattern, ...).
     pub fn parameter(&self, name: &str) -> &Value {
         self.root
