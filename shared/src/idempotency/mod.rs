@@ -394,7 +394,7 @@ impl IdempotencyStore {
 
     /// Two-phase mode: claims the key for `lease`. An expired record or an expired lease is
     /// claimed over; a live one is reported as [`Claim::Existing`], unless it is this call's own
-    /// claim, found by the SDK's resend of a put whose reply was lost.
+    /// claim, found by a resend of a put whose reply was lost.
     pub async fn claim(
         &self,
         scope: &Scope,

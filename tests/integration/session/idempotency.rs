@@ -130,7 +130,7 @@ async fn a_duplicate_during_the_upstream_call_gets_409_and_a_failure_frees_the_k
     assert!(retried.headers().get("idempotent-replayed").is_none());
 }
 
-/// The claim's `PutItem` commits but its reply is lost; the SDK sends it again and finds the
+/// The claim's `PutItem` commits but its reply is lost; it is sent again and finds the
 /// request's own record. That is our claim, not a duplicate: 200 and one upstream call.
 #[tokio::test]
 async fn a_lost_claim_reply_is_our_own_claim_not_a_409() {
@@ -142,7 +142,7 @@ async fn a_lost_claim_reply_is_our_own_claim_not_a_409() {
     let resp = h.send(req().request()).await;
     assert_eq!(resp.status(), 200, "{}", tollgate_tests::text_body(&resp));
     assert_eq!(proxy.fired(), 1);
-    assert!(proxy.seen("PutItem") >= 2, "the SDK sent the claim again");
+    assert!(proxy.seen("PutItem") >= 2, "the claim was sent again");
     assert_eq!(h.openai.calls().await, 1);
 
     // The record was completed under the key: the client's own retry is a replay.
@@ -152,7 +152,7 @@ async fn a_lost_claim_reply_is_our_own_claim_not_a_409() {
     assert_eq!(h.openai.calls().await, 1);
 }
 
-/// The claim commits, its reply is lost, and the SDK's resends meet 500s: the outcome is unknown
+/// The claim commits, its reply is lost, and its resends meet 500s: the outcome is unknown
 /// to the function, which answers 503. The claim it may have made is taken back by its owner
 /// token, so the client's retry runs at once instead of meeting a 409 for the lease's length.
 #[tokio::test]
