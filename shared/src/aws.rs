@@ -70,9 +70,9 @@ pub fn ssm(config: &SdkConfig, env: &Env) -> aws_sdk_ssm::Client {
 /// A per-operation override that allows a single attempt, for `.customize().config_override(..)`.
 ///
 /// For writes that must not be resent (a refund's decrement: if its answer was lost, a resend
-/// would take another caller's unit) and for reads that have a fallback and a cooldown of their
-/// own (the kill switch), where the SDK's back-off would only make each request slow while the
-/// store is failing.
+/// would take another caller's unit), for writes whose sends [`send_write`] makes itself, and
+/// for reads that have a fallback and a cooldown of their own (the kill switch), where the
+/// SDK's back-off would only make each request slow while the store is failing.
 pub fn dynamodb_one_attempt() -> aws_sdk_dynamodb::config::Builder {
     aws_sdk_dynamodb::config::Builder::default()
         .retry_config(RetryConfig::standard().with_max_attempts(1))
