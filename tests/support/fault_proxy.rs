@@ -66,21 +66,25 @@ pub enum Fault {
     ServerError,
     /// Forward after a delay.
     Delay(Duration),
-    /// Hold the request until the test opens the [`Release`] it came with, then forward it: an
-    /// answer (and, before it, the write itself) delayed for exactly as long as a test needs,
-    /// with no sleep. Made by [`FaultProxy::hold_always_when`].
-    Hold(Held),
+    /// Pause the request until the test opens the [`Release`] it came with, then forward it and
+    /// answer: a write (and its answer) delayed for exactly as long as a test needs, with no
+    /// sleep. Made by [`FaultProxy::hold_always_when`].
+    Pause(Paused),
     /// Answer with one of DynamoDB's own errors, as DynamoDB sends it (JSON protocol: status,
     /// `x-amzn-requestid`, a body with `__type` and a message), without forwarding: nothing is
     /// committed. The client connection stays open.
     Error(DynamoError),
+    /// Keep the request without forwarding it and close the client connection at once, so the
+    /// caller sees a lost answer; [`FaultProxy::release_held`] forwards it later. A write
+    /// DynamoDB is still applying when its sender gives up, and that lands afterwards.
+    Hold,
 }
 
-/// The waiting side of a [`Fault::Hold`].
+/// The waiting side of a [`Fault::Pause`].
 #[derive(Debug, Clone)]
-pub struct Held(tokio::sync::watch::Receiver<bool>);
+pub struct Paused(tokio::sync::watch::Receiver<bool>);
 
-/// Opens a [`Fault::Hold`]: every request it held (and any it catches later) goes on.
+/// Opens a [`Fault::Pause`]: every request it paused (and any it catches later) goes on.
 #[derive(Debug)]
 pub struct Release(tokio::sync::watch::Sender<bool>);
 
@@ -135,9 +139,13 @@ impl Rule {
 /// A running proxy; dropping it stops the accept loop and every connection it serves.
 pub struct FaultProxy {
     addr: std::net::SocketAddr,
+    upstream: Arc<str>,
     state: Arc<State>,
     task: JoinHandle<()>,
 }
+
+/// A request [`Fault::Hold`] kept back.
+type Held = (http::request::Parts, Bytes);
 
 #[derive(Default)]
 struct State {
@@ -146,6 +154,8 @@ struct State {
     /// Operations whose request bodies are kept, and the bodies.
     recorded: Mutex<HashMap<String, Vec<Vec<u8>>>>,
     fired: AtomicUsize,
+    /// Requests held by [`Fault::Hold`], in arrival order.
+    held: Mutex<Vec<Held>>,
 }
 
 impl State {
@@ -187,8 +197,14 @@ impl FaultProxy {
             .expect("fault proxy: bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("fault proxy: local address");
         let state = Arc::new(State::default());
-        let task = tokio::spawn(accept_loop(listener, authority.into(), state.clone()));
-        FaultProxy { addr, state, task }
+        let upstream: Arc<str> = authority.into();
+        let task = tokio::spawn(accept_loop(listener, upstream.clone(), state.clone()));
+        FaultProxy {
+            addr,
+            upstream,
+            state,
+            task,
+        }
     }
 
     /// `http://127.0.0.1:PORT`: the endpoint to give the SDK client.
@@ -220,12 +236,12 @@ impl FaultProxy {
         self.push(operation, fault, Some(text.to_string()), None);
     }
 
-    /// Holds every request for `operation` whose body contains `text` until the returned
+    /// Pauses every request for `operation` whose body contains `text` until the returned
     /// [`Release`] is opened (or, for those arriving after it is, not at all), until
-    /// [`Self::disarm`].
+    /// [`Self::disarm`]; each is then forwarded and answered.
     pub fn hold_always_when(&self, operation: &str, text: &str) -> Release {
         let (tx, rx) = tokio::sync::watch::channel(false);
-        self.arm_always_when(operation, text, Fault::Hold(Held(rx)));
+        self.arm_always_when(operation, text, Fault::Pause(Paused(rx)));
         Release(tx)
     }
 
@@ -283,6 +299,31 @@ impl FaultProxy {
     /// Faults fired so far.
     pub fn fired(&self) -> usize {
         self.state.fired.load(Ordering::SeqCst)
+    }
+
+    /// How many requests [`Fault::Hold`] is keeping back.
+    pub fn held(&self) -> usize {
+        self.state.held.lock().unwrap().len()
+    }
+
+    /// Forwards every request [`Fault::Hold`] kept back, in arrival order, each once its
+    /// predecessor is answered, and returns DynamoDB's statuses (nobody else hears them).
+    pub async fn release_held(&self) -> Vec<StatusCode> {
+        let held = std::mem::take(&mut *self.state.held.lock().unwrap());
+        let mut statuses = Vec::new();
+        for (head, body) in held {
+            let forwarded = timeout(
+                IO_TIMEOUT,
+                forward(&self.upstream, Request::from_parts(head, body)),
+            )
+            .await
+            .unwrap_or(Err(Upstream::TimedOut));
+            match forwarded {
+                Ok(answer) => statuses.push(answer.status()),
+                Err(e) => panic!("fault proxy: releasing a held request: {e}"),
+            }
+        }
+        statuses
     }
 }
 
@@ -371,8 +412,12 @@ async fn handle(
         }
         Some(Fault::Error(e)) => return Ok(dynamo_error(e, op, &body)),
         Some(Fault::DropRequest) => return Err(Ended::Dropped),
+        Some(Fault::Hold) => {
+            state.held.lock().unwrap().push((head, body));
+            return Err(Ended::Dropped);
+        }
         Some(Fault::Delay(d)) => tokio::time::sleep(*d).await,
-        Some(Fault::Hold(Held(rx))) => {
+        Some(Fault::Pause(Paused(rx))) => {
             // A dropped `Release` lets the request go, as an opened one does.
             let _ = rx.clone().wait_for(|open| *open).await;
         }

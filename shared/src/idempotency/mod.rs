@@ -25,6 +25,14 @@
 //!
 //! Responses with status 5xx are never stored: the key stays free for a retry.
 //!
+//! Every conditional write here (claim, complete, release, store) is sent by
+//! [`crate::aws::send_write`]: one SDK attempt per send, sent again after throttling and after an
+//! unknown outcome (each write carries what makes a resend harmless: the owner token, or a
+//! condition that fails once the write is there, with `ALL_OLD` showing whose it is), and the
+//! caller learns whether any send's outcome was unknown. So no decision rests on the last
+//! attempt alone: a claim that committed and lost its answer, then was throttled twice, is
+//! known to be perhaps there, and is taken back before the 503.
+//!
 //! Completed records are also kept per process ([`ReplayCache`], `IDEMPOTENCY_CACHE_SIZE`), so
 //! a duplicate seen before by this process is answered with no DynamoDB request.
 
@@ -56,6 +64,7 @@ pub use peek::AbsentKeys;
 pub use record::{Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER};
 pub use replays::{ReplayCache, DEFAULT_REPLAY_CACHE_SIZE};
 
+use crate::aws::{Resend, WriteError};
 use crate::clock::{SharedClock, UnixMillis};
 use record::*;
 
@@ -75,6 +84,15 @@ pub enum IdempotencyError {
     /// or it was completed or released already).
     #[error("idempotency record is not held by this owner")]
     NotOwner,
+    /// A write that may or may not have been applied: a send's outcome was unknown and no later
+    /// answer said which. [`IdempotencyStore::store`] answers it; a caller that promises its
+    /// client "nothing was written" must not after this.
+    #[error("idempotency store {operation}: outcome unknown")]
+    OutcomeUnknown {
+        operation: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 fn store_error(
@@ -85,6 +103,11 @@ fn store_error(
         operation,
         source: Box::new(source),
     }
+}
+
+/// One SDK attempt per send: [`crate::aws::send_write`] makes the sends.
+fn one_attempt() -> aws_sdk_dynamodb::config::Builder {
+    crate::aws::dynamodb_one_attempt()
 }
 
 /// A two-phase claim held by one request.
@@ -270,14 +293,24 @@ impl IdempotencyStore {
         for (k, v) in self.claimable_values() {
             req = req.expression_attribute_values(k, v);
         }
-        match req.send().await {
+        // A resend after a lost answer finds this very record (the condition fails, ALL_OLD
+        // shows it): the caller recognises its own response in the replay.
+        let sent = crate::aws::send_write(Resend::AlsoUnknown, || {
+            req.clone()
+                .customize()
+                .config_override(one_attempt())
+                .send()
+        })
+        .await;
+        match sent {
             Ok(_) => {
                 self.remember(scope, fingerprint, response, expires_at);
                 Ok(None)
             }
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
+            Err(WriteError {
+                error: SdkError::ServiceError(e),
+                ..
+            }) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 let existing = match e.err() {
                     PutItemError::ConditionalCheckFailedException(c) => {
                         c.item().and_then(Record::from_item).map(|r| {
@@ -292,25 +325,36 @@ impl IdempotencyStore {
                     .map(Some)
                     .ok_or_else(|| store_error("store", MalformedRecord))
             }
-            Err(e) => Err(store_error("store", e)),
+            Err(WriteError {
+                error,
+                unknown: true,
+            }) => Err(IdempotencyError::OutcomeUnknown {
+                operation: "store",
+                source: Box::new(error),
+            }),
+            Err(WriteError { error, .. }) => Err(store_error("store", error)),
         }
     }
 
     /// The live record under `scope`, if any (operator view).
     pub async fn read(&self, scope: &Scope) -> Result<Option<Record>, IdempotencyError> {
-        self.read_with(scope, false).await
+        self.read_with(scope, None).await
     }
 
-    /// As [`Self::read`], in one attempt (no SDK retry): for a request that has already spent
-    /// most of its time budget and only needs to know.
-    pub async fn read_once(&self, scope: &Scope) -> Result<Option<Record>, IdempotencyError> {
-        self.read_with(scope, true).await
+    /// As [`Self::read`], in one attempt (no SDK retry) of at most `within`: for a request that
+    /// has already spent most of its time budget and only needs to know.
+    pub async fn read_once(
+        &self,
+        scope: &Scope,
+        within: Duration,
+    ) -> Result<Option<Record>, IdempotencyError> {
+        self.read_with(scope, Some(within)).await
     }
 
     async fn read_with(
         &self,
         scope: &Scope,
-        one_attempt: bool,
+        one_attempt: Option<Duration>,
     ) -> Result<Option<Record>, IdempotencyError> {
         let get = self
             .ddb
@@ -319,13 +363,13 @@ impl IdempotencyStore {
             .key(PK, AttributeValue::S(scope.pk().into()))
             .consistent_read(true);
         let out = match one_attempt {
-            true => {
+            Some(within) => {
                 get.customize()
-                    .config_override(crate::aws::dynamodb_one_attempt())
+                    .config_override(crate::aws::dynamodb_one_attempt_within(within))
                     .send()
                     .await
             }
-            false => get.send().await,
+            None => get.send().await,
         }
         .map_err(|e| store_error("read", e))?;
         let record = self.live(out.item())?;
@@ -352,7 +396,7 @@ impl IdempotencyStore {
 
     /// Two-phase mode: claims the key for `lease`. An expired record or an expired lease is
     /// claimed over; a live one is reported as [`Claim::Existing`], unless it is this call's own
-    /// claim, found by the SDK's resend of a put whose reply was lost.
+    /// claim, found by a resend of a put whose reply was lost.
     pub async fn claim(
         &self,
         scope: &Scope,
@@ -362,7 +406,7 @@ impl IdempotencyStore {
         let now = self.now_ms();
         let owner = crate::ids::random_hex(16);
         let lease_until_ms = now + lease.as_millis() as u64;
-        let result = self
+        let put = self
             .ddb
             .put_item()
             .table_name(&self.table)
@@ -385,19 +429,26 @@ impl IdempotencyStore {
             .expression_attribute_values(":now_s", AttributeValue::N((now / 1000).to_string()))
             .expression_attribute_values(":now_ms", AttributeValue::N(now.to_string()))
             .expression_attribute_values(":in_progress", AttributeValue::S(IN_PROGRESS.into()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        // Resent after an unknown outcome too: the owner token tells our own claim apart.
+        let sent = crate::aws::send_write(Resend::AlsoUnknown, || {
+            put.clone()
+                .customize()
+                .config_override(one_attempt())
+                .send()
+        })
+        .await;
+        match sent {
             Ok(_) => Ok(Claim::Acquired(Lease {
                 pk: scope.pk().into(),
                 owner,
                 fingerprint: fingerprint.into(),
                 lease_until_ms,
             })),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
+            Err(WriteError {
+                error: SdkError::ServiceError(e),
+                ..
+            }) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 let record = match e.err() {
                     PutItemError::ConditionalCheckFailedException(c) => {
                         c.item().and_then(Record::from_item)
@@ -405,9 +456,9 @@ impl IdempotencyStore {
                     _ => None,
                 };
                 let record = record.ok_or_else(|| store_error("claim", MalformedRecord))?;
-                // The SDK resends a claim whose reply was lost (the put committed, the answer
-                // did not arrive), and the resend finds this very claim: same owner token, so
-                // it is ours, not a duplicate request's.
+                // A claim whose reply was lost (the put committed, the answer did not arrive)
+                // is sent again, and the resend finds this very claim: same owner token, so it
+                // is ours, not a duplicate request's.
                 if matches!(&record.state, RecordState::InProgress { owner: o, .. } if *o == owner)
                 {
                     return Ok(Claim::Acquired(Lease {
@@ -422,14 +473,13 @@ impl IdempotencyStore {
                 }
                 Ok(Claim::Existing(record.verdict(fingerprint, now)))
             }
-            Err(e) => {
-                // A 5xx, a timeout or a lost reply may hide a claim that committed: it would hold
-                // the key (409 to the client's retry) until its lease ends. Take it back, by our
-                // owner token, so the retry after our 503 runs at once. A refusal (4xx, say
-                // throttling) committed nothing: no clean-up to do.
-                let refused =
-                    matches!(&e, SdkError::ServiceError(se) if se.raw().status().is_client_error());
-                if !refused {
+            Err(WriteError { error, unknown }) => {
+                // A send whose outcome was unknown (a 5xx, a timeout, a lost reply) may have
+                // committed the claim, whatever the later sends said (throttled, say): it would
+                // hold the key (409 to the client's retry) until its lease ends. Take it back,
+                // by our owner token, so the retry after our 503 runs at once. When every send
+                // was refused (throttling, 4xx), nothing committed: no clean-up to do.
+                if unknown {
                     let ours = Lease {
                         pk: scope.pk().into(),
                         owner,
@@ -446,7 +496,7 @@ impl IdempotencyStore {
                         }
                     }
                 }
-                Err(store_error("claim", e))
+                Err(store_error("claim", error))
             }
         }
     }
@@ -470,7 +520,7 @@ impl IdempotencyStore {
                 .map(|(k, v)| (k.clone(), AttributeValue::S(v.clone())))
                 .collect(),
         );
-        let result = self
+        let update = self
             .ddb
             .update_item()
             .table_name(&self.table)
@@ -493,29 +543,56 @@ impl IdempotencyStore {
             .expression_attribute_values(":body", AttributeValue::B(Blob::new(response.body.clone())))
             .expression_attribute_values(":expires_at", AttributeValue::N(expires_at.to_string()))
             .expression_attribute_values(":owner", AttributeValue::S(lease.owner.clone()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => {
-                let now = self.now_ms();
-                let fingerprint = &lease.fingerprint;
-                self.replays
-                    .insert(&lease.pk, fingerprint, response, expires_at, now);
-                Ok(())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        // Resent after an unknown outcome too: a resend after our own commit fails the owner
+        // condition, and ALL_OLD shows our response completed under the key.
+        let sent = crate::aws::send_write(Resend::AlsoUnknown, || {
+            update
+                .clone()
+                .customize()
+                .config_override(one_attempt())
+                .send()
+        })
+        .await;
+        let done = || {
+            let now = self.now_ms();
+            self.replays
+                .insert(&lease.pk, &lease.fingerprint, response, expires_at, now);
+            Ok(())
+        };
+        match sent {
+            Ok(_) => done(),
+            Err(WriteError {
+                error: SdkError::ServiceError(e),
+                unknown,
+            }) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
+                let found = match e.err() {
+                    UpdateItemError::ConditionalCheckFailedException(c) => {
+                        c.item().and_then(Record::from_item)
+                    }
+                    _ => None,
+                };
+                match found {
+                    // An earlier send of ours committed and its answer was lost.
+                    Some(record) if unknown && record.is_completion_of(lease, response) => done(),
+                    _ => Err(IdempotencyError::NotOwner),
+                }
             }
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Err(IdempotencyError::NotOwner)
-            }
-            Err(e) => Err(store_error("complete", e)),
+            Err(WriteError {
+                error,
+                unknown: true,
+            }) => Err(IdempotencyError::OutcomeUnknown {
+                operation: "complete",
+                source: Box::new(error),
+            }),
+            Err(WriteError { error, .. }) => Err(store_error("complete", error)),
         }
     }
 
     /// Two-phase mode: frees the key after a failure on our side, if this lease still owns it,
     /// so the client's retry runs anew.
     pub async fn release(&self, lease: &Lease) -> Result<(), IdempotencyError> {
-        let result = self
+        let delete = self
             .ddb
             .delete_item()
             .table_name(&self.table)
@@ -525,16 +602,41 @@ impl IdempotencyStore {
             .expression_attribute_names("#state", STATE)
             .expression_attribute_values(":owner", AttributeValue::S(lease.owner.clone()))
             .expression_attribute_values(":in_progress", AttributeValue::S(IN_PROGRESS.into()))
-            .send()
-            .await;
-        match result {
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        // Resent after an unknown outcome too: a resend after our own delete fails the owner
+        // condition and finds no item.
+        let sent = crate::aws::send_write(Resend::AlsoUnknown, || {
+            delete
+                .clone()
+                .customize()
+                .config_override(one_attempt())
+                .send()
+        })
+        .await;
+        match sent {
             Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), DeleteItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Err(IdempotencyError::NotOwner)
+            Err(WriteError {
+                error: SdkError::ServiceError(e),
+                unknown,
+            }) if matches!(e.err(), DeleteItemError::ConditionalCheckFailedException(_)) => {
+                let gone = match e.err() {
+                    DeleteItemError::ConditionalCheckFailedException(c) => c.item().is_none(),
+                    _ => false,
+                };
+                match gone && unknown {
+                    // An earlier send of ours deleted it and its answer was lost.
+                    true => Ok(()),
+                    false => Err(IdempotencyError::NotOwner),
+                }
             }
-            Err(e) => Err(store_error("release", e)),
+            Err(WriteError {
+                error,
+                unknown: true,
+            }) => Err(IdempotencyError::OutcomeUnknown {
+                operation: "release",
+                source: Box::new(error),
+            }),
+            Err(WriteError { error, .. }) => Err(store_error("release", error)),
         }
     }
 }

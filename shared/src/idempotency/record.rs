@@ -179,6 +179,14 @@ impl Record {
         self.expires_at * 1000 > now_ms
     }
 
+    /// Whether this record is `lease`'s request completed with `response`: what a resend of
+    /// [`super::IdempotencyStore::complete`] finds after its first send committed.
+    pub(crate) fn is_completion_of(&self, lease: &super::Lease, response: &StoredResponse) -> bool {
+        let mut ours = response.clone();
+        ours.headers.sort();
+        self.fingerprint == lease.fingerprint && self.state == RecordState::Completed(ours)
+    }
+
     /// What a request with `fingerprint` finds under this key.
     pub fn verdict(&self, fingerprint: &str, now_ms: UnixMillis) -> Existing {
         if self.fingerprint != fingerprint {

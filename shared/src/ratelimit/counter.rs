@@ -31,6 +31,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
+use crate::aws::{Resend, WriteError};
 use crate::clock::UnixMillis;
 
 use super::decision::Decision;
@@ -228,6 +229,16 @@ impl Store {
     /// Counts one request in `counter` unless that would pass its limit: for a fixed window
     /// `count < limit`; for a sliding one `count < limit - previous still inside`, `previous`
     /// being the window before's slots. A rejected increment changes nothing.
+    ///
+    /// `ADD 1` is not idempotent, so the SDK never resends it: each send is one SDK attempt
+    /// ([`crate::aws::send_write`] with [`Resend::NotApplied`]). A throttled send was refused before
+    /// it was applied and is sent again (up to [`crate::aws::WRITE_ATTEMPTS`] sends). A send whose
+    /// outcome is unknown (a timeout, a lost answer, a 5xx) is neither resent (a resend after a
+    /// commit would count the request twice, or meet the condition its own first send filled
+    /// and refuse the request with 429 while it holds a unit) nor refunded (a refund of an
+    /// increment that never landed would give back another caller's unit): the request is
+    /// refused with [`Refusal::Store`] (503, fail closed), and the unit it may hold stays
+    /// counted until its window ends. Over-counting by one is the safe side; never under.
     pub async fn increment(
         &self,
         counter: &Counter,
@@ -294,7 +305,17 @@ impl Store {
                 }
             }
         };
-        match update.send().await {
+        // One SDK attempt per send: `ADD 1` is not idempotent, so only a refusal that proves
+        // nothing was applied (throttling) is sent again. See [`Self::increment`]'s doc.
+        let sent = crate::aws::send_write(Resend::NotApplied, || {
+            update
+                .clone()
+                .customize()
+                .config_override(crate::aws::dynamodb_one_attempt())
+                .send()
+        })
+        .await;
+        match sent {
             Ok(out) => {
                 let seen = Seen::from_item(out.attributes());
                 let count = if seen.count > 0 {
@@ -313,9 +334,10 @@ impl Store {
                     full_until,
                 })
             }
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
+            Err(WriteError {
+                error: SdkError::ServiceError(e),
+                ..
+            }) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
                 // ALL_OLD hands back the full counter with the failure: no second read needed.
                 let old = match e.err() {
                     UpdateItemError::ConditionalCheckFailedException(c) => {
@@ -336,7 +358,15 @@ impl Store {
                     self.decision(counter, limit, previous, old, old.count, now_ms, true);
                 Err(Refusal::Full(decision))
             }
-            Err(e) => Err(Refusal::Store(LimiterError::new("increment", e))),
+            Err(WriteError { error, unknown }) => {
+                if unknown {
+                    tracing::warn!(
+                        pk = counter.pk,
+                        "a rate-limit increment's outcome is unknown; not resent and not refunded: refusing the request (it may stay counted until its window ends)"
+                    );
+                }
+                Err(Refusal::Store(LimiterError::new("increment", error)))
+            }
         }
     }
 

@@ -106,9 +106,10 @@ async fn a_failed_refund_is_not_resent() {
     assert_eq!(refunds, 1, "the refund was sent once");
 }
 
-/// When the increment itself fails (throttled, or a 500 after the SDK's retries), the request
-/// is refused with 503 (fail closed: a cap that opens when DynamoDB is unwell is no cap), the
-/// layers it already passed are given back, and nothing stays counted.
+/// When the increment itself fails (throttled on every send, or a 500, whose outcome is unknown
+/// and which is not sent again), the request is refused with 503 (fail closed: a cap that opens
+/// when DynamoDB is unwell is no cap), the layers it already passed are given back, and nothing
+/// stays counted (the proxy's 500 applied nothing).
 #[tokio::test]
 async fn a_failing_increment_fails_closed_and_counts_nothing() {
     for fault in [
@@ -172,6 +173,103 @@ async fn a_failing_increment_fails_closed_and_counts_nothing() {
             counters_matching(&s.direct, &s.tables.rate_limits, "192.0.2.8")
                 .await
                 .is_empty()
+        );
+    }
+}
+
+/// An increment whose answer was lost after it committed is not sent again: `ADD 1` is not
+/// idempotent, so a resend would count the one request twice, and at the limit it would meet
+/// the unit its own first send took and refuse the request with 429 while it holds that unit
+/// (a rejected request must increment nothing). Its outcome is unknown: the request is refused
+/// with 503 (fail closed), the layer it passed is given back, and the unit it may hold is not
+/// refunded (it stays counted until its window ends: over by one, never under).
+#[tokio::test]
+async fn an_increment_whose_answer_was_lost_is_not_resent_and_fails_closed() {
+    for limits in ["ip=10/1h,global=100/1d", "ip=10/1h,global=1/1d"] {
+        let s = setup().await;
+        let (_, clock) = manual_clock();
+        let gate = Gate::new(settings(&s.tables, limits, &[]), s.ddb.clone(), None, clock);
+        s.proxy.record("UpdateItem");
+        s.proxy
+            .arm_when("UpdateItem", "#global#", Fault::DropResponseAfterCommit);
+        let resp = guarded(
+            &gate,
+            &Event::post("/session").from_ip("192.0.2.5").request(),
+            None,
+        )
+        .await;
+        assert_eq!(resp.status(), 503, "{limits}: {}", json_body(&resp));
+        assert_eq!(json_body(&resp)["code"], "temporarily_unavailable");
+        assert!(resp.headers().contains_key("retry-after"), "{limits}");
+        let global_sends = s
+            .proxy
+            .bodies("UpdateItem")
+            .iter()
+            .filter(|body| String::from_utf8_lossy(body).contains("#global#"))
+            .count();
+        assert_eq!(
+            global_sends, 1,
+            "{limits}: sent once, not resent, not refunded"
+        );
+        assert_eq!(
+            counters_matching(&s.direct, &s.tables.rate_limits, "#global#")
+                .await
+                .iter()
+                .map(|(_, c)| *c)
+                .collect::<Vec<_>>(),
+            [1],
+            "{limits}: the lost increment counts once"
+        );
+        assert_eq!(
+            counters_matching(&s.direct, &s.tables.rate_limits, "#ip#")
+                .await
+                .iter()
+                .map(|(_, c)| *c)
+                .collect::<Vec<_>>(),
+            [0],
+            "{limits}: the ip unit was refunded"
+        );
+    }
+}
+
+/// A throttled increment was refused before it was applied, so it is safe to send again: the
+/// limiter does (one SDK attempt per send), and the request is admitted and counted once.
+#[tokio::test]
+async fn a_throttled_increment_is_sent_again_and_counts_once() {
+    let s = setup().await;
+    let (_, clock) = manual_clock();
+    let gate = Gate::new(
+        settings(&s.tables, "ip=10/1h,global=100/1d", &[]),
+        s.ddb.clone(),
+        None,
+        clock,
+    );
+    s.proxy.record("UpdateItem");
+    for _ in 0..2 {
+        s.proxy.arm_when(
+            "UpdateItem",
+            "#global#",
+            Fault::Error(DynamoError::Throttling),
+        );
+    }
+    let resp = guarded(
+        &gate,
+        &Event::post("/session").from_ip("192.0.2.6").request(),
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), 200, "{}", json_body(&resp));
+    assert_eq!(s.proxy.fired(), 2);
+    assert_eq!(s.proxy.seen("UpdateItem"), 4, "ip once, global three times");
+    for layer in ["#ip#", "#global#"] {
+        assert_eq!(
+            counters_matching(&s.direct, &s.tables.rate_limits, layer)
+                .await
+                .iter()
+                .map(|(_, c)| *c)
+                .collect::<Vec<_>>(),
+            [1],
+            "{layer}"
         );
     }
 }

@@ -130,7 +130,7 @@ async fn a_duplicate_during_the_upstream_call_gets_409_and_a_failure_frees_the_k
     assert!(retried.headers().get("idempotent-replayed").is_none());
 }
 
-/// The claim's `PutItem` commits but its reply is lost; the SDK sends it again and finds the
+/// The claim's `PutItem` commits but its reply is lost; it is sent again and finds the
 /// request's own record. That is our claim, not a duplicate: 200 and one upstream call.
 #[tokio::test]
 async fn a_lost_claim_reply_is_our_own_claim_not_a_409() {
@@ -142,7 +142,7 @@ async fn a_lost_claim_reply_is_our_own_claim_not_a_409() {
     let resp = h.send(req().request()).await;
     assert_eq!(resp.status(), 200, "{}", tollgate_tests::text_body(&resp));
     assert_eq!(proxy.fired(), 1);
-    assert!(proxy.seen("PutItem") >= 2, "the SDK sent the claim again");
+    assert!(proxy.seen("PutItem") >= 2, "the claim was sent again");
     assert_eq!(h.openai.calls().await, 1);
 
     // The record was completed under the key: the client's own retry is a replay.
@@ -152,7 +152,7 @@ async fn a_lost_claim_reply_is_our_own_claim_not_a_409() {
     assert_eq!(h.openai.calls().await, 1);
 }
 
-/// The claim commits, its reply is lost, and the SDK's resends meet 500s: the outcome is unknown
+/// The claim commits, its reply is lost, and its resends meet 500s: the outcome is unknown
 /// to the function, which answers 503. The claim it may have made is taken back by its owner
 /// token, so the client's retry runs at once instead of meeting a 409 for the lease's length.
 #[tokio::test]
@@ -179,6 +179,95 @@ async fn a_claim_whose_outcome_is_unknown_is_taken_back() {
     let retry = h.send(req().request()).await;
     assert_eq!(retry.status(), 200, "{}", tollgate_tests::text_body(&retry));
     assert!(retry.headers().get("idempotent-replayed").is_none());
+}
+
+/// The claim commits and its answer is lost; its resends are throttled. The last answer
+/// ("throttled") does not prove that nothing was written: an earlier send's outcome was unknown,
+/// so the claim may be there, and it is taken back by its owner token before the 503. The
+/// client's retry then runs at once instead of meeting a 409 for the lease's length.
+#[tokio::test]
+async fn a_committed_claim_whose_resends_are_throttled_is_taken_back() {
+    use tollgate_tests::fault_proxy::DynamoError;
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let (ddb, counter) = dynamo::client_at(&proxy.endpoint());
+    let h = SessionHarness::build_with(ddb, counter, &[], None).await;
+    proxy.arm("PutItem", Fault::DropResponseAfterCommit);
+    for _ in 0..2 {
+        proxy.arm("PutItem", Fault::Error(DynamoError::Throttling));
+    }
+    let req = || SessionHarness::post("192.0.2.28", None).header("idempotency-key", KEY);
+    let failed = h.send(req().request()).await;
+    assert_eq!(
+        failed.status(),
+        503,
+        "{}",
+        tollgate_tests::text_body(&failed)
+    );
+    assert_eq!(proxy.fired(), 3);
+    assert_eq!(proxy.seen("DeleteItem"), 1, "the claim was taken back");
+    assert_eq!(h.openai.calls().await, 0);
+    assert_eq!(h.records().await, 0, "the committed claim was released");
+    assert_eq!(h.counter_sum("#").await, 0, "quota given back");
+
+    let retry = h.send(req().request()).await;
+    assert_eq!(retry.status(), 200, "{}", tollgate_tests::text_body(&retry));
+    assert!(retry.headers().get("idempotent-replayed").is_none());
+}
+
+/// A completion and a release whose first send committed and whose answer was lost: their
+/// resends find the work done (our response under the key; no item) and say so, not
+/// `NotOwner`, and a completion whose answer never came back is still remembered.
+#[tokio::test]
+async fn a_completion_or_release_whose_answer_was_lost_is_done() {
+    let proxy = FaultProxy::start(&dynamo::endpoint()).await;
+    let (direct, _) = dynamo::client();
+    let tables = dynamo::Tables::create(&direct).await;
+    let (ddb, _) = dynamo::client_at(&proxy.endpoint());
+    let (_, shared) = tollgate_tests::manual_clock();
+    let store = IdempotencyStore::new(ddb, &tables.idempotency, shared, Duration::from_secs(600))
+        .with_replay_cache(10);
+    let ok = StoredResponse {
+        status: 200,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: b"{\"ok\":true}".to_vec(),
+    };
+
+    let key = IdempotencyKey::parse(Some(KEY.as_bytes())).unwrap();
+    let scope = Scope::new("192.0.2.29", "POST /session", &key);
+    let Claim::Acquired(lease) = store
+        .claim(&scope, "fp", Duration::from_secs(30))
+        .await
+        .unwrap()
+    else {
+        panic!("a free key is acquired");
+    };
+    proxy.arm("UpdateItem", Fault::DropResponseAfterCommit);
+    store
+        .complete(&lease, &ok, None)
+        .await
+        .expect("our own completion, found by its resend");
+    assert_eq!(proxy.fired(), 1);
+    assert!(
+        store.cached(&scope, "fp").is_some(),
+        "remembered as completed"
+    );
+
+    let other = IdempotencyKey::parse(Some(b"0c9d8e7f-release-lost-answer")).unwrap();
+    let scope = Scope::new("192.0.2.29", "POST /session", &other);
+    let Claim::Acquired(lease) = store
+        .claim(&scope, "fp", Duration::from_secs(30))
+        .await
+        .unwrap()
+    else {
+        panic!("a free key is acquired");
+    };
+    proxy.arm("DeleteItem", Fault::DropResponseAfterCommit);
+    store
+        .release(&lease)
+        .await
+        .expect("our own release, found by its resend");
+    assert_eq!(proxy.fired(), 2);
+    assert_eq!(store.read(&scope).await.unwrap(), None, "the key is free");
 }
 
 /// A throttled claim committed nothing: 503, quota given back, nothing to clean up, and the key

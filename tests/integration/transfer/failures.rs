@@ -182,22 +182,167 @@ async fn throttled_every_time_is_503_with_nothing_committed_and_the_key_free() {
     }
 }
 
-/// A 500 may hide a commit: every attempt is a resend of the same token, and at the end the
-/// key's record says nothing committed, so the key is free.
+/// A 500 may hide a commit: every attempt is a resend of the same token, none is answered
+/// definitely, and the key's record, read once at the end, is absent, which proves nothing (a
+/// transaction DynamoDB is still applying commits after the read): the outcome is unknown, and
+/// the 503 says so, never "nothing committed".
 #[tokio::test]
-async fn a_500_every_time_is_resolved_by_reading_the_key() {
+async fn a_500_every_time_is_an_unknown_outcome() {
     let s = Setup::new().await;
     s.proxy.arm_always(TWI, Fault::ServerError);
     let resp = s.post("k-500", 40).await;
     assert_eq!(resp.status(), 503);
-    assert!(!detail(&resp).contains("unknown"), "{}", detail(&resp));
-    assert_eq!(s.key_reads(), 1, "one read resolved it");
+    let d = detail(&resp);
+    assert!(
+        d.contains("unknown") && d.contains("same Idempotency-Key"),
+        "{d}"
+    );
+    assert_eq!(
+        s.key_reads(),
+        1,
+        "one read, which could only have found a commit"
+    );
     let tokens = s.tokens();
     assert_eq!(tokens.len(), 6);
     assert!(tokens.iter().all(|t| t == &tokens[0]), "{tokens:?}");
     s.proxy.disarm(TWI);
-    assert_eq!(s.post("k-500", 40).await.status(), 201);
+    let retry = s.post("k-500", 40).await;
+    assert_eq!(retry.status(), 201);
+    assert!(
+        retry.headers().get("idempotent-replayed").is_none(),
+        "nothing had committed: the retry ran it"
+    );
     assert_eq!(s.balances().await, (960, 40));
+}
+
+/// The first send is still being applied when the ledger gives up: the proxy keeps it back (the
+/// function sees a lost answer) and every resend of its token meets `fault`: DynamoDB's "this
+/// token is in progress", throttling (which refuses the resend, and says nothing of the first
+/// send), or a 500. No record yet, and none of those answers says nothing committed, so the
+/// client hears the outcome-unknown 503, never "nothing committed, the key is free". Then the
+/// transaction lands: the same key gets its 201 (replayed) and the money moved once, where a
+/// client who had believed "nothing committed" and sent a new key would have moved it twice.
+#[tokio::test]
+async fn a_transaction_still_in_flight_when_the_attempts_end_is_an_unknown_outcome() {
+    for fault in [
+        Fault::Error(DynamoError::TransactionInProgress),
+        Fault::Error(DynamoError::Throttling),
+        Fault::ServerError,
+    ] {
+        let s = Setup::new().await;
+        s.proxy.arm(TWI, Fault::Hold);
+        s.proxy.arm_always(TWI, fault.clone());
+        let resp = s.post("k-in-flight", 300).await;
+        assert_eq!(resp.status(), 503, "{fault:?}: {:?}", json_body(&resp));
+        assert_eq!(json_body(&resp)["code"], "temporarily_unavailable");
+        assert!(resp.headers().contains_key("retry-after"), "{fault:?}");
+        let d = detail(&resp);
+        assert!(
+            d.contains("unknown") && d.contains("same Idempotency-Key"),
+            "{fault:?}: {d}"
+        );
+        let tokens = s.tokens();
+        assert_eq!(tokens.len(), 6, "{fault:?}");
+        assert!(
+            tokens.iter().all(|t| t == &tokens[0]),
+            "{fault:?}: the same token until DynamoDB answers it: {tokens:?}"
+        );
+        assert_eq!(s.key_reads(), 1, "{fault:?}");
+        assert_eq!(s.balances().await, (1_000, 0), "{fault:?}: not yet");
+
+        // DynamoDB finishes applying it.
+        assert_eq!(s.proxy.release_held().await, [200], "{fault:?}");
+        assert_eq!(s.balances().await, (700, 300), "{fault:?}");
+        s.proxy.disarm(TWI);
+        let retry = s.post("k-in-flight", 300).await;
+        assert_eq!(retry.status(), 201, "{fault:?}: {:?}", json_body(&retry));
+        assert_eq!(retry.headers()["idempotent-replayed"], "true", "{fault:?}");
+        assert_eq!(s.balances().await, (700, 300), "{fault:?}: moved once");
+        assert_eq!(s.h.count(&s.h.tables.transfers).await, 1, "{fault:?}");
+    }
+}
+
+/// A cancellation answers a token definitely (while an earlier send of it is in flight DynamoDB
+/// says "in progress"; had it committed, "done"). Here the first send is lost on the way (it
+/// never reached DynamoDB), its resend is cancelled by a conflict on an account, and the new
+/// token is throttled until the attempts end: DynamoDB refused every token, so the answer is the
+/// plain 503 (nothing committed, the key free), with no read of the key needed.
+#[tokio::test]
+async fn a_cancellation_settles_a_token_whose_first_send_was_lost() {
+    let s = Setup::new().await;
+    s.proxy.arm(TWI, Fault::DropRequest);
+    s.proxy.arm(
+        TWI,
+        Fault::Error(DynamoError::TransactionConflict { item: s.b.clone() }),
+    );
+    s.proxy
+        .arm_always(TWI, Fault::Error(DynamoError::Throttling));
+    let resp = s.post("k-settled", 40).await;
+    assert_eq!(resp.status(), 503, "{:?}", json_body(&resp));
+    assert!(!detail(&resp).contains("unknown"), "{}", detail(&resp));
+    assert_eq!(s.key_reads(), 0, "nothing to resolve");
+    let tokens = s.tokens();
+    assert_eq!(tokens.len(), 6);
+    assert_eq!(tokens[0], tokens[1]);
+    assert_ne!(tokens[1], tokens[2]);
+    assert!(tokens[2..].iter().all(|t| t == &tokens[2]), "{tokens:?}");
+    s.proxy.disarm(TWI);
+    let retry = s.post("k-settled", 40).await;
+    assert_eq!(retry.status(), 201);
+    assert!(retry.headers().get("idempotent-replayed").is_none());
+    assert_eq!(s.balances().await, (960, 40));
+}
+
+/// A token given up on while its outcome is unknown stays unknown: the first send is kept back,
+/// its resend meets `IdempotentParameterMismatch` (so a new token), and the new token is
+/// throttled until the attempts end. The answer is the outcome-unknown 503, and the kept-back
+/// send then commits; the key's claim lets only one of the tokens move the money.
+#[tokio::test]
+async fn a_token_given_up_on_while_unknown_stays_unknown() {
+    let s = Setup::new().await;
+    s.proxy.arm(TWI, Fault::Hold);
+    s.proxy
+        .arm(TWI, Fault::Error(DynamoError::IdempotentParameterMismatch));
+    s.proxy
+        .arm_always(TWI, Fault::Error(DynamoError::Throttling));
+    let resp = s.post("k-given-up", 300).await;
+    assert_eq!(resp.status(), 503, "{:?}", json_body(&resp));
+    assert!(detail(&resp).contains("unknown"), "{}", detail(&resp));
+    let tokens = s.tokens();
+    assert_eq!(tokens[0], tokens[1]);
+    assert_ne!(tokens[1], tokens[2]);
+    assert_eq!(s.proxy.release_held().await, [200]);
+    s.proxy.disarm(TWI);
+    let retry = s.post("k-given-up", 300).await;
+    assert_eq!(retry.status(), 201);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(s.balances().await, (700, 300), "moved once");
+}
+
+/// A refusal (402) is stored under the key, and the store's first send commits but its answer
+/// is lost, then its resends are throttled. The last answer ("throttled") does not prove the key
+/// free: the refusal may be stored, so the 503 says the outcome is unknown, and the same key
+/// then gets the stored 402.
+#[tokio::test]
+async fn a_refusal_whose_store_outcome_is_unknown_says_so() {
+    let s = Setup::new().await;
+    s.proxy.arm("PutItem", Fault::DropResponseAfterCommit);
+    for _ in 0..2 {
+        s.proxy
+            .arm("PutItem", Fault::Error(DynamoError::Throttling));
+    }
+    let resp = s.post("k-refusal-unknown", 5_000).await;
+    assert_eq!(resp.status(), 503, "{:?}", json_body(&resp));
+    let d = detail(&resp);
+    assert!(
+        d.contains("unknown") && d.contains("same Idempotency-Key"),
+        "{d}"
+    );
+    assert_eq!(s.proxy.fired(), 3);
+    let retry = s.post("k-refusal-unknown", 5_000).await;
+    assert_eq!(retry.status(), 402, "{:?}", json_body(&retry));
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(s.balances().await, (1_000, 0));
 }
 
 /// `TransactionConflict` on the key's item: a duplicate is committing right now. 409 with

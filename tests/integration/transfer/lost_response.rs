@@ -15,8 +15,8 @@ async fn through_proxy() -> (TransferHarness, FaultProxy) {
 #[tokio::test]
 async fn a_lost_response_after_commit_is_still_one_transfer_and_a_201() {
     for drops in [1, 3] {
-        // One drop: the SDK's own retry resends the attempt. Three: the SDK gives up (its
-        // three attempts all lost) and the ledger resends the same attempt itself.
+        // One drop or three: the ledger resends the same attempt (same token, same bytes) until
+        // DynamoDB answers it, as done.
         let (h, proxy) = through_proxy().await;
         let alice = h.client("alice").await;
         let a = h.account(&alice, 1_000, "JPY").await;
@@ -69,15 +69,16 @@ async fn a_request_dropped_before_dynamodb_saw_it_commits_once_on_the_retry() {
     assert_eq!(h.count(&h.tables.transfers).await, 1);
 }
 
-/// A store failure is a 5xx, stores nothing and leaves the key free: the retry runs anew.
+/// A store failure is a 5xx, stores nothing, and the key's retry runs anew. (A 500 may hide a
+/// commit, so the 503 says the outcome is unknown: `failures.rs`.)
 #[tokio::test]
 async fn a_failing_store_gives_503_and_leaves_the_key_free() {
     let (h, proxy) = through_proxy().await;
     let alice = h.client("alice").await;
     let a = h.account(&alice, 1_000, "JPY").await;
     let b = h.account(&alice, 0, "JPY").await;
-    // A 500 on every attempt: the request fails as a whole (and the ledger's read of the key's
-    // record says nothing committed).
+    // A 500 on every attempt: the request fails as a whole (the ledger's read of the key's
+    // record finds nothing, which proves nothing: outcome unknown).
     proxy.arm_always("TransactWriteItems", Fault::ServerError);
     let body = TransferHarness::body(&a, &b, 40);
     let failed = h.send(h.post(&alice, "k-5xx", &body)).await;
@@ -98,7 +99,7 @@ async fn a_failing_store_gives_503_and_leaves_the_key_free() {
     assert_eq!((h.balance(&a).await, h.balance(&b).await), (960, 40));
 }
 
-/// A stored refusal whose write answer is lost: the SDK's retry finds our own record, and the
+/// A stored refusal whose write answer is lost: its resend finds our own record, and the
 /// client still gets a first answer, not a replay.
 #[tokio::test]
 async fn a_lost_answer_to_storing_a_refusal_is_still_a_first_answer() {

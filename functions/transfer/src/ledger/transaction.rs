@@ -13,12 +13,28 @@
 //! lapsed, the claim on the key still holds and the record it returns is recognised as our own.
 //!
 //! The SDK does not retry the transaction itself: every attempt is the ledger's, so the ledger
-//! knows when an attempt's outcome is unknown (timeout, dispatch failure, lost response, a 500,
-//! `TransactionInProgress`). After such an attempt no later failure proves that nothing was
-//! committed, so before answering 5xx the ledger resolves the outcome with a strongly consistent
-//! read of the key's record (written in the same transaction as the money): our own record means
-//! committed (201), no record means nothing was (503, key free), and a read that fails too gives
-//! the 503 whose `detail` says the outcome is unknown and to retry with the same key.
+//! knows what DynamoDB said to each one, and decides from that, never from the last attempt
+//! alone. It tracks, per token, whether a send may have committed:
+//!
+//! - a send whose outcome is unknown (timeout, dispatch failure, lost response, a 5xx,
+//!   `TransactionInProgress`: the token is still being applied) makes the token *unknown*;
+//! - only a definite answer for that same token clears it: success (a token that committed is
+//!   answered as done), a cancellation (while an earlier send of the token is in flight DynamoDB
+//!   answers `TransactionInProgress`, so a cancellation means no send of it committed), or a
+//!   refusal that the same items would always get (a validation error, a missing table).
+//!   Throttling does not: it refused this send, and says nothing of an earlier one in flight;
+//! - while the token is unknown the ledger resends it, same items byte for byte, until DynamoDB
+//!   answers definitely; a new token (a currency learnt, a race) normally follows a cancellation,
+//!   so the old one is settled; a token given up on while unknown (`IdempotentParameterMismatch`)
+//!   stays unknown for the rest of the request.
+//!
+//! When the attempts end with some token unknown, a strongly consistent read of the key's record
+//! (written in the same transaction as the money) can settle it only one way: our own record
+//! means committed (201), another request's record is its answer (replay, 409, 422). No record
+//! proves nothing (DynamoDB may still be applying the transaction), so then, or when the read
+//! fails too, the client gets the 503 whose `detail` says the outcome is unknown and to retry
+//! with the same key. The plain 503 (nothing committed, the key free) is answered only when
+//! DynamoDB said so for every token sent.
 //!
 //! | DynamoDB answers | meaning | next |
 //! |---|---|---|
@@ -26,17 +42,22 @@
 //! | cancelled, key item `ConditionalCheckFailed` | the key is taken | replay, 409 or 422 (ours: 201) |
 //! | cancelled, key item `TransactionConflict` | a duplicate is committing now | 409 + `Retry-After` |
 //! | cancelled, an account condition | a refusal, or a wrong currency guess, or a race | store the refusal / resend with a new token |
-//! | cancelled, an account `TransactionConflict` | another transfer on the same account | resend, new token |
-//! | `TransactionInProgress` | this token is being applied | resend, same token (outcome unknown) |
-//! | `IdempotentParameterMismatch` | this token was used with other items | resend, new token |
-//! | throttling, `ProvisionedThroughputExceeded`, `RequestLimitExceeded` | not applied | resend, same token |
+//! | cancelled, an account `TransactionConflict` or an item throttled | not committed | resend, new token |
+//! | `TransactionInProgress` | this token is being applied | resend, same token (unknown until it answers) |
+//! | `IdempotentParameterMismatch` | this token was used with other items | resend, new token (the old one stays as it was) |
+//! | throttling, `ProvisionedThroughputExceeded`, `RequestLimitExceeded` | this send not applied | resend, same token (unknown stays unknown) |
 //! | 500, timeout, dispatch failure, lost response | unknown | resend, same token |
-//! | any other error (a missing table, a validation error) | not applied: a misconfiguration or a bug | resolve if unknown, else 503 |
+//! | a validation error, a missing table | not applied, and no send of these items can be | 503, nothing committed |
+//! | any other error (denied access, credentials) | this send not applied: a misconfiguration or a bug | resolve if unknown, else 503 |
+//!
+//! Time: no attempt starts after [`SEND_BUDGET`], each attempt ends by [`SENDS_END`], and the
+//! read that resolves an unknown outcome by [`ANSWER_BY`], inside the function's 10-second
+//! timeout, so the client hears our answer (and its instruction) rather than the platform's.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
@@ -45,8 +66,9 @@ use aws_sdk_dynamodb::types::{
 use http::header::{HeaderValue, LOCATION};
 use http::StatusCode;
 use lambda_http::{Body, Response};
+use tollgate::aws::Failure;
 use tollgate::http::json_response;
-use tollgate::idempotency::{Existing, RecordState, Scope, StoredResponse};
+use tollgate::idempotency::{Existing, IdempotencyError, RecordState, Scope, StoredResponse};
 use tollgate::{ApiError, ClientError};
 
 use crate::error::TransferError;
@@ -58,38 +80,89 @@ use crate::domain::{AccountId, TransferRequest};
 /// Attempts per request: every send of the transaction, whatever came back (conflicts,
 /// throttling, unknown outcomes). The SDK makes one attempt per send.
 const MAX_ATTEMPTS: u32 = 6;
-/// No new attempt starts after this much time: with the SDK's 3-second attempt timeout, the
-/// attempts, the read that resolves an unknown outcome (one attempt) and the answer fit in the
-/// function's 10-second timeout, so the client hears our answer rather than the platform's.
+/// No new attempt starts after this much time from the transfer's start.
 const SEND_BUDGET: Duration = Duration::from_secs(5);
+/// Every attempt ends by then: its SDK attempt timeout is cut to what is left (at most the
+/// usual 3 seconds).
+const SENDS_END: Duration = Duration::from_secs(7);
+/// The answer is ready by then, the read resolving an unknown outcome included: the function's
+/// timeout is 10 seconds, and the guards before the ledger and the response need the rest.
+const ANSWER_BY: Duration = Duration::from_secs(8);
+/// Less time than this left for the resolving read: not worth sending, the outcome is unknown.
+const SHORTEST_READ: Duration = Duration::from_millis(200);
 const CURRENCY_CACHE_CAPACITY: usize = 10_000;
 
 /// What one attempt of the transaction came to.
 enum Attempt {
     Committed,
-    /// Cancelled: the key was taken, or an account condition failed.
+    /// Cancelled: the key was taken, or an account condition failed. Definite for the token.
     Cancelled(Vec<CancellationReason>),
-    /// Not applied, worth sending again: throttled, or a conflict with another transaction on
-    /// the same accounts. `same_token` when the same items may be resent as they are.
-    Retry {
-        same_token: bool,
-    },
-    /// Perhaps applied: sending the same attempt again is safe (DynamoDB applies a token once),
-    /// and a failure after this one proves nothing.
+    /// Cancelled by a conflict with another transaction on an account, or an item's partition
+    /// throttled: nothing of this token committed; worth sending again with a new token.
+    Conflicted,
+    /// Refused for throughput before it was applied: the same token again. Says nothing of an
+    /// earlier send of this token that may still be in flight.
+    Throttled,
+    /// The token was used with other items: a new token. Says nothing of our earlier sends.
+    Mismatch,
+    /// Perhaps applied, or being applied: sending the same attempt again is safe (DynamoDB
+    /// applies a token once) and will tell.
     Unknown,
-    /// Not applied, and sending it again will not help.
-    Failed(TransferError),
+    /// Not applied, and sending it again will not help. `definite` when no send of these items
+    /// can have been applied either (the same request is always refused the same way).
+    Failed {
+        error: TransferError,
+        definite: bool,
+    },
 }
 
-/// How a transfer that was not answered by DynamoDB came out, found by reading the key's record.
+/// What the ledger knows of the tokens it has sent for one transfer.
+#[derive(Debug, Default)]
+struct Tokens {
+    /// The current token's number: it changes only when the items do.
+    generation: u32,
+    /// A send of the current token had an unknown outcome and DynamoDB has not answered the
+    /// token definitely since.
+    current_unknown: bool,
+    /// A token given up on while it was unknown: it may have committed (or may yet).
+    earlier_unknown: bool,
+}
+
+impl Tokens {
+    fn token(&self, transfer_id: &str) -> String {
+        format!("{}-{}", &transfer_id[3..], self.generation)
+    }
+
+    /// A send of the current token may have committed.
+    fn unknown(&mut self) {
+        self.current_unknown = true;
+    }
+
+    /// DynamoDB answered the current token definitely: nothing of it committed.
+    fn definite(&mut self) {
+        self.current_unknown = false;
+    }
+
+    /// A new token for new items; the current one keeps what is known of it.
+    fn next(&mut self) {
+        self.earlier_unknown |= self.current_unknown;
+        self.current_unknown = false;
+        self.generation += 1;
+    }
+
+    /// Whether some token sent may have committed.
+    fn outcome_unknown(&self) -> bool {
+        self.current_unknown || self.earlier_unknown
+    }
+}
+
+/// How a transfer whose outcome was unknown came out, found by reading the key's record.
 enum Resolved {
     /// Our transaction committed.
     Committed,
     /// Nothing of ours committed; the key holds another request's record.
     Existing(Existing),
-    /// Nothing committed: the key is free.
-    NotCommitted,
-    /// The record could not be read either.
+    /// No record (DynamoDB may still be applying ours), or the record could not be read.
     Unknown,
 }
 
@@ -157,20 +230,19 @@ impl Ledger {
             .unwrap_or_else(|| self.default_currency.clone());
         // The token changes only when the transaction's items do, and the items of a token are
         // built once: a resend is the same request, byte for byte.
-        let mut generation = 0;
+        let mut tokens = Tokens::default();
         let mut built: Option<(u32, Vec<TransactWriteItem>)> = None;
-        // Some attempt may have committed: no later failure proves otherwise.
-        let mut unknown = false;
         let mut failure = TransferError::from(ApiError::Unavailable { retry_after: 1 });
         let started = std::time::Instant::now();
         for attempt in 0..MAX_ATTEMPTS {
-            if attempt > 0 && started.elapsed() >= SEND_BUDGET {
+            let elapsed = started.elapsed();
+            if attempt > 0 && elapsed >= SEND_BUDGET {
                 tracing::warn!(attempt, "transfer out of time for another attempt");
                 break;
             }
-            let token = format!("{}-{generation}", &transfer_id[3..]);
+            let token = tokens.token(&transfer_id);
             let items = match &built {
-                Some((g, items)) if *g == generation => items.clone(),
+                Some((g, items)) if *g == tokens.generation => items.clone(),
                 _ => {
                     let items = self.transaction(
                         client_id,
@@ -181,11 +253,14 @@ impl Ledger {
                         &currency,
                         &transfer,
                     );
-                    built = Some((generation, items.clone()));
+                    built = Some((tokens.generation, items.clone()));
                     items
                 }
             };
-            match self.send(items, &token).await {
+            match self
+                .send(items, &token, SENDS_END.saturating_sub(elapsed))
+                .await
+            {
                 Attempt::Committed => {
                     tracing::info!(transfer_id = %transfer_id, amount = req.amount.get(), "transfer committed");
                     self.idempotency
@@ -193,20 +268,28 @@ impl Ledger {
                     return Ok(created);
                 }
                 Attempt::Unknown => {
-                    unknown = true;
+                    tokens.unknown();
                     backoff(attempt).await;
                 }
-                Attempt::Retry { same_token } => {
-                    if !same_token {
-                        generation += 1;
+                Attempt::Throttled => backoff(attempt).await,
+                Attempt::Conflicted => {
+                    tokens.definite();
+                    tokens.next();
+                    backoff(attempt).await;
+                }
+                Attempt::Mismatch => {
+                    tokens.next();
+                    backoff(attempt).await;
+                }
+                Attempt::Failed { error, definite } => {
+                    if definite {
+                        tokens.definite();
                     }
-                    backoff(attempt).await;
-                }
-                Attempt::Failed(e) => {
-                    failure = e;
+                    failure = error;
                     break;
                 }
                 Attempt::Cancelled(reasons) => {
+                    tokens.definite();
                     match self.explain(client_id, scope, fingerprint, req, &currency, &reasons) {
                         Explained::Done(existing) => {
                             return match existing {
@@ -216,54 +299,61 @@ impl Ledger {
                             };
                         }
                         Explained::Refused(refusal) => {
+                            let unknown = tokens.outcome_unknown();
                             return self
-                                .store_refusal(scope, fingerprint, refusal, request_id)
-                                .await
+                                .store_refusal(scope, fingerprint, refusal, request_id, unknown)
+                                .await;
                         }
                         Explained::Currency(actual) => {
                             currency = actual;
-                            generation += 1;
+                            tokens.next();
                         }
                         Explained::Raced => {
-                            generation += 1;
+                            tokens.next();
                             backoff(attempt).await;
                         }
                     }
                 }
             }
         }
-        if !unknown {
+        if !tokens.outcome_unknown() {
             tracing::warn!(
                 code = failure.code(),
-                "transfer failed; nothing committed, the key is free"
+                "transfer failed; DynamoDB refused every token sent: nothing committed, the key is free"
             );
             return Err(failure);
         }
-        match self.resolve(scope, fingerprint, &stored).await {
+        let left = ANSWER_BY.saturating_sub(started.elapsed());
+        match self.resolve(scope, fingerprint, &stored, left).await {
             Resolved::Committed => {
                 tracing::info!(transfer_id = %transfer_id, amount = req.amount.get(), "transfer committed (found by reading the key's record after an unknown outcome)");
                 Ok(created)
             }
             Resolved::Existing(existing) => existing.into_result(),
-            Resolved::NotCommitted => {
-                tracing::warn!(
-                    code = failure.code(),
-                    "transfer failed; its key's record shows nothing committed, the key is free"
-                );
-                Err(failure)
-            }
             Resolved::Unknown => {
-                tracing::error!(transfer_id = %transfer_id, "transfer outcome unknown: an attempt may have committed and the key's record cannot be read; the client must retry with the same key");
+                tracing::error!(transfer_id = %transfer_id, "transfer outcome unknown: a send may have committed (or may still be committing) and neither DynamoDB nor the key's record says so; the client must retry with the same key");
                 Err(TransferError::OutcomeUnknown { retry_after: 1 })
             }
         }
     }
 
-    /// After an attempt with an unknown outcome: did the transaction commit? The key's record is
-    /// written in the same transaction as the money, so a strongly consistent read of it says.
-    async fn resolve(&self, scope: &Scope, fingerprint: &str, ours: &StoredResponse) -> Resolved {
-        match self.idempotency.read_once(scope).await {
-            Ok(None) => Resolved::NotCommitted,
+    /// After the attempts, with some token's outcome unknown: did the transaction commit? The
+    /// key's record is written in the same transaction as the money, so a strongly consistent
+    /// read finds ours if it committed. Finding no record proves nothing: a send DynamoDB is
+    /// still applying commits after the read. One attempt, within `left`.
+    async fn resolve(
+        &self,
+        scope: &Scope,
+        fingerprint: &str,
+        ours: &StoredResponse,
+        left: Duration,
+    ) -> Resolved {
+        if left < SHORTEST_READ {
+            tracing::warn!("no time left to read the key's record");
+            return Resolved::Unknown;
+        }
+        match self.idempotency.read_once(scope, left).await {
+            Ok(None) => Resolved::Unknown,
             Ok(Some(record)) => match &record.state {
                 RecordState::Completed(r) if r == ours && record.fingerprint == fingerprint => {
                     Resolved::Committed
@@ -366,33 +456,34 @@ impl Ledger {
         ]
     }
 
-    /// One attempt, exactly one request: the SDK's own retries are off for the transaction, so
-    /// that an attempt whose outcome is unknown is never hidden behind a later, clearer failure.
-    async fn send(&self, items: Vec<TransactWriteItem>, token: &str) -> Attempt {
+    /// One attempt, exactly one request, ending within `within`: the SDK's own retries are off
+    /// for the transaction, so that an attempt whose outcome is unknown is never hidden behind a
+    /// later, clearer failure.
+    async fn send(&self, items: Vec<TransactWriteItem>, token: &str, within: Duration) -> Attempt {
         let result = self
             .ddb
             .transact_write_items()
             .set_transact_items(Some(items))
             .client_request_token(token)
             .customize()
-            .config_override(tollgate::aws::dynamodb_one_attempt())
+            .config_override(tollgate::aws::dynamodb_one_attempt_within(within))
             .send()
             .await;
         let e = match result {
             Ok(_) => return Attempt::Committed,
             Err(e) => e,
         };
-        match &e {
-            SdkError::ServiceError(se) => match se.err() {
+        if let SdkError::ServiceError(se) = &e {
+            match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
                     let reasons = c.cancellation_reasons().to_vec();
                     let conflict = |r: &CancellationReason| r.code() == Some("TransactionConflict");
-                    if reasons.first().is_some_and(conflict) {
+                    return if reasons.first().is_some_and(conflict) {
                         // Another request with this key is being committed right now.
                         Attempt::Cancelled(reasons)
                     } else if reasons.iter().any(conflict) {
                         tracing::info!("transfer conflicted with another transaction on an account; sending it again");
-                        Attempt::Retry { same_token: false }
+                        Attempt::Conflicted
                     } else if reasons.iter().any(|r| {
                         matches!(
                             r.code(),
@@ -400,70 +491,65 @@ impl Ledger {
                         )
                     }) {
                         tracing::warn!("transfer throttled on an item; sending it again");
-                        Attempt::Retry { same_token: false }
+                        Attempt::Conflicted
                     } else {
                         Attempt::Cancelled(reasons)
-                    }
+                    };
                 }
                 TransactWriteItemsError::TransactionInProgressException(_) => {
                     // This token is still being applied: it may commit. Ask again, same token.
                     tracing::warn!("transfer with this token still in progress; sending it again");
-                    Attempt::Unknown
+                    return Attempt::Unknown;
                 }
                 TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
                     // Not ours to reuse (items are resent byte for byte, so this is unexpected).
                     tracing::warn!(
                         "transfer token reused with other items; sending with a new token"
                     );
-                    Attempt::Retry { same_token: false }
+                    return Attempt::Mismatch;
                 }
-                TransactWriteItemsError::InternalServerError(_) => {
-                    tracing::warn!(error_code = se.err().meta().code(), "transfer got a DynamoDB 500; outcome unknown, sending the same attempt again");
-                    Attempt::Unknown
-                }
-                TransactWriteItemsError::ProvisionedThroughputExceededException(_)
-                | TransactWriteItemsError::RequestLimitExceeded(_)
-                | TransactWriteItemsError::ThrottlingException(_) => {
-                    tracing::warn!(
-                        error_code = se.err().meta().code(),
-                        "transfer throttled; sending the same attempt again"
-                    );
-                    Attempt::Retry { same_token: true }
-                }
-                other => {
-                    if se.raw().status().is_server_error() {
-                        tracing::warn!(
-                            error_code = other.meta().code(),
-                            "transfer got a 5xx; outcome unknown, sending the same attempt again"
-                        );
-                        return Attempt::Unknown;
-                    }
-                    if other.meta().code().is_some_and(|c| c.contains("Throttl")) {
-                        tracing::warn!(
-                            error_code = other.meta().code(),
-                            "transfer throttled; sending the same attempt again"
-                        );
-                        return Attempt::Retry { same_token: true };
-                    }
-                    // A missing table, denied access, a validation error: nothing was applied,
-                    // and resending will not help. 503 like every other failure of our tables
-                    // (the reads answer so too); the log says what to check.
-                    tracing::error!(error = ?other, "transfer transaction refused; check the table names and the function's permissions");
-                    Attempt::Failed(ApiError::Unavailable { retry_after: 1 }.into())
-                }
-            },
-            SdkError::DispatchFailure(_)
-            | SdkError::ResponseError(_)
-            | SdkError::TimeoutError(_) => {
+                _ => {}
+            }
+        }
+        match tollgate::aws::failure(&e) {
+            Failure::Unknown => {
                 // The transaction may have committed. Sending the same attempt again with the
                 // same token is safe: DynamoDB will not apply it twice.
-                tracing::warn!(error = %e, "transfer outcome unknown; sending the same attempt again");
+                tracing::warn!(error = %e, error_code = e.code(), "transfer outcome unknown; sending the same attempt again");
                 Attempt::Unknown
             }
-            _ => {
-                tracing::error!(error = %e, "transfer transaction could not be sent");
-                Attempt::Failed(ApiError::Internal.into())
+            Failure::Throttled => {
+                tracing::warn!(
+                    error_code = e.code(),
+                    "transfer throttled; sending the same attempt again"
+                );
+                Attempt::Throttled
             }
+            Failure::Refused => match &e {
+                SdkError::ServiceError(se) => {
+                    // A missing table, denied access, a validation error: nothing was applied,
+                    // and resending will not help. 503 like every other failure of our tables
+                    // (the reads answer so too); the log says what to check. Only a refusal
+                    // the same items always get says that an earlier send was refused too.
+                    let definite = matches!(
+                        se.err().code(),
+                        Some("ValidationException" | "ResourceNotFoundException")
+                    );
+                    tracing::error!(error = ?se.err(), "transfer transaction refused; check the table names and the function's permissions");
+                    Attempt::Failed {
+                        error: ApiError::Unavailable { retry_after: 1 }.into(),
+                        definite,
+                    }
+                }
+                _ => {
+                    // Never sent.
+                    tracing::error!(error = %e, "transfer transaction could not be sent");
+                    Attempt::Failed {
+                        error: ApiError::Internal.into(),
+                        definite: true,
+                    }
+                }
+            },
         }
     }
 
@@ -540,12 +626,16 @@ impl Ledger {
 
     /// Stores a refusal under the key (conditionally: a racing duplicate's record wins) and
     /// answers with it.
+    ///
+    /// `unknown`: a token given up on earlier may have committed, so a failure here cannot say
+    /// "nothing committed" either. A store whose own outcome is unknown cannot say "key free".
     async fn store_refusal(
         &self,
         scope: &Scope,
         fingerprint: &str,
         refusal: TransferError,
         request_id: &str,
+        unknown: bool,
     ) -> Result<Response<Body>, TransferError> {
         tracing::info!(
             code = refusal.code(),
@@ -553,11 +643,20 @@ impl Ledger {
         );
         let response = refusal.to_response(request_id);
         let stored = StoredResponse::capture(&response);
-        match self.idempotency.store(scope, fingerprint, &stored).await? {
-            None => Ok(stored.to_response()),
-            // Our own write, whose answer was lost and retried by the SDK: not a replay.
-            Some(Existing::Replay(r)) if r == stored => Ok(stored.to_response()),
-            Some(existing) => existing.into_result(),
+        match self.idempotency.store(scope, fingerprint, &stored).await {
+            Ok(None) => Ok(stored.to_response()),
+            // Our own write, whose answer was lost and which was sent again: not a replay.
+            Ok(Some(Existing::Replay(r))) if r == stored => Ok(stored.to_response()),
+            Ok(Some(existing)) => existing.into_result(),
+            Err(e @ IdempotencyError::OutcomeUnknown { .. }) => {
+                tracing::error!(error = %e, source = ?std::error::Error::source(&e), "the refusal may or may not be stored under the key; the client must retry with the same key");
+                Err(TransferError::OutcomeUnknown { retry_after: 1 })
+            }
+            Err(e) if unknown => {
+                tracing::error!(error = %e, source = ?std::error::Error::source(&e), "cannot store the refusal, and an earlier token may have committed; the client must retry with the same key");
+                Err(TransferError::OutcomeUnknown { retry_after: 1 })
+            }
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -572,4 +671,36 @@ enum Explained {
 async fn backoff(attempt: u32) {
     let jitter = tollgate::ids::random_u64() % 16;
     tokio::time::sleep(Duration::from_millis(10 * (1 << attempt.min(4)) + jitter)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tokens;
+
+    #[test]
+    fn only_a_definite_answer_for_the_same_token_clears_unknown() {
+        let mut t = Tokens::default();
+        assert!(!t.outcome_unknown());
+        t.unknown();
+        assert!(t.outcome_unknown());
+        // A cancellation of the same token: nothing of it committed.
+        t.definite();
+        assert!(!t.outcome_unknown());
+        // A new token after a definite answer starts clean.
+        t.next();
+        assert_eq!(t.generation, 1);
+        assert!(!t.outcome_unknown());
+    }
+
+    #[test]
+    fn a_token_given_up_on_while_unknown_stays_unknown() {
+        let mut t = Tokens::default();
+        t.unknown();
+        t.next();
+        assert!(t.outcome_unknown(), "the old token may yet commit");
+        // A definite answer for the new token says nothing of the old one.
+        t.definite();
+        assert!(t.outcome_unknown());
+        assert_ne!(t.token("tr_abc"), Tokens::default().token("tr_abc"));
+    }
 }
