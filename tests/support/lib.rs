@@ -24,8 +24,10 @@ use std::sync::Arc;
 use tollgate::clock::{ManualClock, SharedClock};
 
 /// A fixed start time, one second after a whole hour and day, so hour and day windows are
-/// predictable: 2026-01-01T00:00:01Z.
-pub const T0_MS: u64 = 1_767_225_601_000;
+/// predictable: 2036-01-01T00:00:01Z. In the future on purpose: DynamoDB Local runs a TTL
+/// deletion job on the machine's clock, and a test item whose `expires_at` (computed from this
+/// clock) were already past could be deleted in the middle of a test.
+pub const T0_MS: u64 = 2_082_758_401_000;
 
 /// A manual clock at [`T0_MS`] and the same clock as a [`SharedClock`].
 pub fn manual_clock() -> (ManualClock, SharedClock) {

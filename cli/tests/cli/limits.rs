@@ -177,7 +177,7 @@ async fn the_limits_are_the_ones_the_function_published_not_the_shells() {
     assert!(
         human
             .stdout
-            .contains("as transfer published them at 2026-01-01T00:00:01Z"),
+            .contains("as transfer published them at 2036-01-01T00:00:01Z"),
         "{}",
         human.stdout
     );
