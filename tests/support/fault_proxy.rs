@@ -78,6 +78,64 @@ pub enum Fault {
     /// caller sees a lost answer; [`FaultProxy::release_held`] forwards it later. A write
     /// DynamoDB is still applying when its sender gives up, and that lands afterwards.
     Hold,
+    /// Never answer the client; forward the request, from a task of its own, once the
+    /// [`Landing`] is opened, whether or not the client still waits: a write DynamoDB is still
+    /// applying when its caller has given up (a [`Self::Pause`] or [`Self::Delay`] whose client
+    /// hangs up is dropped with the connection, and never lands). Made by
+    /// [`FaultProxy::land_later_when`].
+    LandLater(Landing),
+}
+
+/// A write that lands when a test says so ([`Fault::LandLater`]), and what DynamoDB answered it.
+#[derive(Debug, Clone)]
+pub struct Landing(Arc<LandingState>);
+
+#[derive(Debug)]
+struct LandingState {
+    open: tokio::sync::watch::Sender<bool>,
+    /// Requests caught, and DynamoDB's status for each one landed (502: it could not be
+    /// forwarded).
+    caught: AtomicUsize,
+    landed: tokio::sync::watch::Sender<Vec<u16>>,
+}
+
+impl Landing {
+    fn new() -> Self {
+        Self(Arc::new(LandingState {
+            open: tokio::sync::watch::channel(false).0,
+            caught: AtomicUsize::new(0),
+            landed: tokio::sync::watch::channel(Vec::new()).0,
+        }))
+    }
+
+    /// Lets every request caught (and any caught later) go on to DynamoDB.
+    pub fn open(&self) {
+        self.0.open.send_replace(true);
+    }
+
+    /// Requests caught so far.
+    pub fn caught(&self) -> usize {
+        self.0.caught.load(Ordering::SeqCst)
+    }
+
+    /// Waits until every request caught so far has had DynamoDB's answer, and returns the
+    /// statuses, in landing order (200: the write was applied).
+    pub async fn landed(&self) -> Vec<u16> {
+        let caught = self.caught();
+        let mut rx = self.0.landed.subscribe();
+        let landed = rx.wait_for(|l| l.len() >= caught).await;
+        landed.map(|l| l.clone()).unwrap_or_default()
+    }
+
+    async fn land(&self, upstream: Arc<str>, req: Request<Bytes>) {
+        let mut open = self.0.open.subscribe();
+        let _ = open.wait_for(|o| *o).await;
+        let status = match timeout(IO_TIMEOUT, forward(&upstream, req)).await {
+            Ok(Ok(answer)) => answer.status().as_u16(),
+            _ => 502,
+        };
+        self.0.landed.send_modify(|l| l.push(status));
+    }
 }
 
 /// The waiting side of a [`Fault::Pause`].
@@ -245,9 +303,26 @@ impl FaultProxy {
         Release(tx)
     }
 
+    /// Catches the next request for `operation` whose body contains `text`; it reaches
+    /// DynamoDB when the returned [`Landing`] is opened (at once if it already is), and its
+    /// client never gets an answer ([`Fault::LandLater`]).
+    pub fn land_later_when(&self, operation: &str, text: &str) -> Landing {
+        let landing = Landing::new();
+        self.arm_when(operation, text, Fault::LandLater(landing.clone()));
+        landing
+    }
+
     /// Removes every fault armed for `operation`, whether it fired or not.
     pub fn disarm(&self, operation: &str) {
         self.state.armed.lock().unwrap().remove(operation);
+    }
+
+    /// Removes the faults armed for `operation` with exactly this `text` (by
+    /// [`Self::arm_when`], [`Self::arm_always_when`], …), leaving the others armed.
+    pub fn disarm_when(&self, operation: &str, text: &str) {
+        if let Some(rules) = self.state.armed.lock().unwrap().get_mut(operation) {
+            rules.retain(|r| r.body_contains.as_deref() != Some(text));
+        }
     }
 
     fn push(&self, op: &str, fault: Fault, body_contains: Option<String>, times: Option<usize>) {
@@ -420,6 +495,14 @@ async fn handle(
         Some(Fault::Pause(Paused(rx))) => {
             // A dropped `Release` lets the request go, as an opened one does.
             let _ = rx.clone().wait_for(|open| *open).await;
+        }
+        Some(Fault::LandLater(landing)) => {
+            landing.0.caught.fetch_add(1, Ordering::SeqCst);
+            // Its own task: it lands even when this connection (and this future) is gone.
+            let landing = landing.clone();
+            let req = Request::from_parts(head, body);
+            let _ = tokio::spawn(async move { landing.land(upstream, req).await }).await;
+            return Err(Ended::Dropped);
         }
         Some(Fault::DropResponseAfterCommit) | None => {}
     }

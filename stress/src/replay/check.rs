@@ -81,6 +81,8 @@ pub struct Inputs<'a> {
     pub idempotency: Vec<Item>,
     /// Processes killed during the day: each may have answered one invocation 502.
     pub kills: usize,
+    /// The `client` layer: its limit and window (ms).
+    pub client_limit: (u32, u64),
 }
 
 pub struct Findings {
@@ -104,6 +106,7 @@ fn expected_code(status: u16) -> Option<&'static str> {
         404 => "account_not_found",
         409 => "request_in_progress",
         422 => "idempotency_key_reused",
+        429 => "rate_limited",
         503 => "temporarily_unavailable",
         _ => return None,
     })
@@ -131,6 +134,13 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
     let mut ledger = Check::new("balances = opening + the log's transfers (independent ledger)");
     let mut conserved = Check::new("total money conserved");
     let mut negative = Check::new("no negative balance");
+    let mut lost_full = Check::new(
+        "a lost answer after the layer filled: 429 while full, then the first 201 replayed byte for byte",
+    );
+    let mut in_flight =
+        Check::new("no 503 said nothing committed for a transaction that committed");
+    let mut sliding =
+        Check::new("no span of one window holds more admissions than the client layer's limit");
 
     // Scope pk per logical request (bad-token requests have none: no client was verified).
     let mut pk_of: HashMap<usize, String> = HashMap::new();
@@ -223,6 +233,9 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             let status = *status;
             let ok = match status {
                 503 => true,
+                // Wait `Retry-After`: documented for every request, and what a full layer answers
+                // the sequences' clients (a retry too: the function limits before the replay).
+                429 => true,
                 // The process holding it was killed (Lambda's answer); counted below.
                 502 => {
                     bad_gateways += 1;
@@ -383,6 +396,55 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
                 ));
             }
         }
+        // --- the sequences
+        if l.kind == Kind::LostAfterFull && log.exercised {
+            lost_full.checked += 1;
+            let answers: Vec<_> = log
+                .exchanges
+                .iter()
+                .filter_map(|e| match &e.outcome {
+                    Outcome::Answer {
+                        status,
+                        replayed,
+                        location,
+                        body,
+                        ..
+                    } => Some((*status, *replayed, location, body)),
+                    Outcome::Lost(_) => None,
+                })
+                .collect();
+            let first = answers.first();
+            let refused_at = answers.iter().position(|a| a.0 == 429);
+            let last = answers.last();
+            match (first, refused_at, last) {
+                (Some(f), Some(_), Some(z))
+                    if f.0 == 201 && !f.1 && z.0 == 201 && z.1 && (z.2, z.3) == (f.2, f.3) => {}
+                _ => lost_full.fail(format!(
+                    "{}: answers {:?}: not the first 201, a 429, then that 201 replayed",
+                    show(log),
+                    answers
+                        .iter()
+                        .map(|a| format!("{}{}", a.0, if a.1 { " (replayed)" } else { "" }))
+                        .collect::<Vec<_>>()
+                )),
+            }
+        }
+        if matches!(l.kind, Kind::InFlight { .. }) && log.exercised {
+            in_flight.checked += 1;
+            // The caught attempt was the first invocation's: what DynamoDB answered it is
+            // whether that invocation's transaction committed.
+            let committed = log.landed.contains(&200);
+            if let Some(e) = log.exchanges.first() {
+                if committed && e.outcome.nothing_committed() {
+                    in_flight.fail(format!(
+                        "{}: a 503 said nothing committed, and the transfer committed (its first attempt landed after the answer; DynamoDB answered it {:?}); records {:?}",
+                        show(log),
+                        log.landed,
+                        records.iter().map(|r| r.id.as_str()).collect::<Vec<_>>()
+                    ));
+                }
+            }
+        }
         // --- stored responses
         if let Some(pk) = pk_of.get(&i) {
             let record = idem
@@ -455,6 +517,36 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             inp.kills
         ));
     }
+    // --- the sliding `client` layer, per client, from the exchanges' times
+    let (limit, window) = inp.client_limit;
+    let mut admitted: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
+    for log in inp.logs {
+        if log.logical.bad_auth.is_some() {
+            continue;
+        }
+        for e in &log.exchanges {
+            if let Outcome::Answer { status, .. } = &e.outcome {
+                if ADMITTED.contains(status) {
+                    admitted
+                        .entry(log.logical.client)
+                        .or_default()
+                        .push((e.sent_ms, e.answered_ms));
+                }
+            }
+        }
+    }
+    let mut clients: Vec<_> = admitted.into_iter().collect();
+    clients.sort_by_key(|(c, _)| *c);
+    for (client, spans) in clients {
+        sliding.checked += 1;
+        if let Some((n, span)) = crowded(spans, limit as usize, window) {
+            sliding.fail(format!(
+                "client {}: {n} admissions ({} allowed) certainly within {span} ms, less than the {window} ms window",
+                inp.client_ids.get(client).map_or("?", String::as_str),
+                limit
+            ));
+        }
+    }
     let total_initial: u64 = inp.accounts.iter().map(|(_, b)| b).sum();
     conserved.checked += 1;
     if total_final != total_initial as i128 {
@@ -465,7 +557,7 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
     Findings {
         checks: vec![
             doubles, acked, refused, orphans, replays, statuses, stored, ledger, conserved,
-            negative,
+            negative, lost_full, in_flight, sliding,
         ],
         unknown,
         unknown_committed,
@@ -474,6 +566,42 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
         total_initial,
         total_final,
     }
+}
+
+/// Answers that prove the request passed the `client` layer (the ledger's own answers). A 400
+/// may come before it, a 401 does, a 503 may be the limiter's own failure, a 502 a kill: left
+/// out, which can only hide a violation, never invent one.
+const ADMITTED: [u16; 7] = [201, 402, 403, 404, 409, 422, 200];
+
+/// The admissions' times: each happened (the function read its clock) between its request's
+/// sending and its answer, `(sent, answered)`. Some `limit + 1` of them certainly fall within
+/// one span shorter than `window` when their latest answer is less than `window` after their
+/// earliest sending: then `Some((limit + 1, that span))`. Wherever in its exchange each
+/// admission happened, such a span breaks "at most the limit in any span of one window". The
+/// slack is each request's own duration, and it is on the limiter's side: admissions whose
+/// exchanges together last a window or more are never held against it.
+///
+/// Over the requests from the latest sending back: each one with the `limit` others sent no
+/// earlier whose answers came first (a heap of the `limit` smallest answer times after it).
+pub fn crowded(mut spans: Vec<(u64, u64)>, limit: usize, window: u64) -> Option<(usize, u64)> {
+    use std::collections::BinaryHeap;
+    spans.sort();
+    let mut smallest: BinaryHeap<u64> = BinaryHeap::new();
+    let mut worst: Option<u64> = None;
+    for &(sent, answered) in spans.iter().rev() {
+        if smallest.len() == limit {
+            let latest = smallest.peek().copied().unwrap_or(answered).max(answered);
+            let span = latest.saturating_sub(sent);
+            if span < window {
+                worst = Some(worst.map_or(span, |w: u64| w.min(span)));
+            }
+        }
+        smallest.push(answered);
+        if smallest.len() > limit {
+            smallest.pop();
+        }
+    }
+    worst.map(|span| (limit + 1, span))
 }
 
 /// Statuses of the answers, for the report.
@@ -504,5 +632,26 @@ fn lost_kind(why: &str) -> &'static str {
         "connection refused"
     } else {
         "connection dropped"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crowded;
+
+    #[test]
+    fn a_window_span_with_more_than_the_limit_is_found_only_when_certain() {
+        // Three admissions within 900 ms, limit 2, window 1 s: certain.
+        let spans = vec![(0, 100), (400, 500), (800, 900), (5_000, 5_010)];
+        assert_eq!(crowded(spans, 2, 1_000), Some((3, 900)));
+        // The same, but one exchange lasted long enough that its admission may be outside.
+        let spans = vec![(0, 100), (400, 500), (800, 1_200)];
+        assert_eq!(crowded(spans, 2, 1_000), None);
+        // At the limit: nothing to find.
+        let spans = vec![(0, 10), (20, 30), (2_000, 2_010), (2_020, 2_030)];
+        assert_eq!(crowded(spans, 2, 1_000), None);
+        // The crowded ones need not be adjacent in sending order.
+        let spans = vec![(0, 3_000), (100, 110), (200, 210), (300, 310)];
+        assert_eq!(crowded(spans, 2, 1_000), Some((3, 210)));
     }
 }

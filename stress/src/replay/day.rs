@@ -17,6 +17,7 @@ use tollgate::serve::Function as _;
 use super::check;
 use super::plan::{Generator, Population, Rng};
 use super::run::{self, Traffic, FAULT_KINDS, OPERATIONS};
+use super::sequences;
 use super::Options;
 use crate::stack::Stack;
 
@@ -57,6 +58,10 @@ pub struct Figures {
     total_final: i128,
     checks: Vec<Check>,
     kill_failures: usize,
+    limits: String,
+    sequences: sequences::Counts,
+    sequence_rounds: usize,
+    sequence_requests: usize,
 }
 
 #[derive(Serialize)]
@@ -118,6 +123,42 @@ pub async fn day(o: &Options, stack: &Stack) -> Figures {
         .collect()
         .await;
     let ids: Vec<String> = accounts.iter().map(|(a, _)| a.clone()).collect();
+    // The sequences' clients, after the day's (whose generator knows only its own).
+    let mut accounts = accounts;
+    let mut seq_clients = Vec::new();
+    for name in ["lost-after-full", "in-flight", "burst"] {
+        let c = app
+            .clients
+            .create(&format!("replay-seq-{name}"))
+            .await
+            .expect("create client");
+        let mut mine = Vec::new();
+        for _ in 0..sequences::ACCOUNTS {
+            let a = app
+                .ledger
+                .create_account(&c.client_id, sequences::OPENING, "JPY")
+                .await
+                .expect("create account");
+            accounts.push((a.account_id.clone(), sequences::OPENING));
+            mine.push(a.account_id);
+        }
+        seq_clients.push((clients.len(), mine, c.client_id.clone()));
+        clients.push((c.client_id, c.token.expose_secret().to_string()));
+    }
+    let mut seq_clients = seq_clients.into_iter();
+    let mut next = || {
+        let (i, accounts, id) = seq_clients.next().expect("three");
+        ((i, accounts), id)
+    };
+    let (lost_after_full, _) = next();
+    let (in_flight, _) = next();
+    let (burst, burst_id) = next();
+    let seq_clients = Arc::new(sequences::Clients {
+        lost_after_full,
+        in_flight,
+        burst,
+        burst_id,
+    });
     let setup_time = setup_started.elapsed();
 
     // The day.
@@ -146,6 +187,14 @@ pub async fn day(o: &Options, stack: &Stack) -> Figures {
         o.requests,
         o.seed,
     ));
+    let seq = tokio::spawn(sequences::run(
+        traffic.clone(),
+        proxy.clone(),
+        seq_clients,
+        o.seed,
+        o.requests,
+        o.instances as usize,
+    ));
     let started = Instant::now();
     let mut generator = Generator::new(o.seed, &pop);
     let active = Arc::new(tokio::sync::Semaphore::new(o.concurrency * 8));
@@ -173,6 +222,9 @@ pub async fn day(o: &Options, stack: &Stack) -> Figures {
     for t in tasks {
         logs.push(t.await.expect("a client task panicked"));
     }
+    let (seq_logs, seq_counts) = seq.await.expect("the sequences' task panicked");
+    let sequence_requests = seq_logs.iter().map(|l| l.exchanges.len()).sum();
+    logs.extend(seq_logs);
     let traffic_time = started.elapsed();
     let kills = kills.await.expect("kill task");
     stop.store(true, Ordering::SeqCst);
@@ -196,6 +248,7 @@ pub async fn day(o: &Options, stack: &Stack) -> Figures {
         account_items,
         idempotency,
         kills: kills.len(),
+        client_limit: (sequences::CLIENT_LIMIT, sequences::CLIENT_WINDOW_MS),
     });
     let check_time = check_started.elapsed();
 
@@ -297,6 +350,10 @@ pub async fn day(o: &Options, stack: &Stack) -> Figures {
             })
             .collect(),
         kill_failures,
+        limits: sequences::limits(),
+        sequences: seq_counts,
+        sequence_rounds: sequences::rounds(o.requests),
+        sequence_requests,
     }
 }
 

@@ -5,6 +5,9 @@
 //! - [`plan`]: the day generated from the seed (who sends what, under which key);
 //! - [`run`]: the simulated bank clients and their retry rules, the fault schedule armed on the
 //!   proxy as the traffic goes, the kills;
+//! - [`sequences`]: the hostile sequences run on purpose beside the day (a lost answer after
+//!   the layer filled, `TransactionInProgress` until the ledger's budget ends, increments
+//!   delayed across a sliding boundary);
 //! - [`check`]: the reconciliation;
 //! - [`day`]: all of it on one [`Stack`], and the report's figures (`templates/replay.md`).
 //!
@@ -15,6 +18,7 @@ mod check;
 mod day;
 mod plan;
 mod run;
+mod sequences;
 
 use std::path::PathBuf;
 
@@ -81,10 +85,11 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
         transfer_instances: o.instances as usize,
         session_instances: None,
         fault_proxy: true,
-        // The replay tests transfers, not limits.
+        // Out of the day's way, but a sliding `client` layer with a short window that the
+        // sequences fill and cross (`sequences::limits`).
         env: vec![(
             tollgate::catalog::TRANSFER.limits_variable.into(),
-            "ip=10000000/1m,client=10000000/1m".into(),
+            sequences::limits(),
         )],
         name: "replay",
     })

@@ -78,6 +78,17 @@ pub enum Kind {
     BadInput(&'static str),
     /// No valid token: 401, nothing stored.
     BadToken(&'static str),
+    /// A sequence of its own, from a client of its own ([`super::sequences`]): the answer (a
+    /// 201) is lost, the client fills its `client` layer with other requests, and the retry
+    /// with the same key gets 429 while the layer is full, then the original 201 replayed.
+    LostAfterFull,
+    /// The transaction's first attempt lands late (after the function answered; `committed
+    /// first`: at once, its answer lost) and every resend meets `TransactionInProgress` until
+    /// the ledger gives up: 201, or the outcome-unknown 503, never "nothing committed".
+    InFlight { committed_first: bool },
+    /// One of the requests of a sequence (filling a layer, or a burst across a sliding
+    /// boundary whose increments are delayed): 201, after any 429s.
+    Burst,
 }
 
 impl Kind {
@@ -93,13 +104,27 @@ impl Kind {
             Kind::MissingAccount => "to a missing account",
             Kind::BadInput(_) => "bad input",
             Kind::BadToken(_) => "no valid token",
+            Kind::LostAfterFull => "sequence: lost answer, retried after the client layer filled",
+            Kind::InFlight {
+                committed_first: false,
+            } => "sequence: transaction still in flight (lands after the answer), TransactionInProgress until the ledger gives up",
+            Kind::InFlight {
+                committed_first: true,
+            } => "sequence: transaction committed with its answer lost, then TransactionInProgress until the ledger gives up",
+            Kind::Burst => "sequence: filling a sliding client layer, or crossing its boundary with increments delayed",
         }
     }
 
     /// The status the log calls for on the first body.
     pub fn expected(&self) -> u16 {
         match self {
-            Kind::Normal | Kind::LostResponse { .. } | Kind::Duplicates(_) | Kind::KeyReuse => 201,
+            Kind::Normal
+            | Kind::LostResponse { .. }
+            | Kind::Duplicates(_)
+            | Kind::KeyReuse
+            | Kind::LostAfterFull
+            | Kind::InFlight { .. }
+            | Kind::Burst => 201,
             Kind::Insufficient => 402,
             Kind::NotOwner => 403,
             Kind::MissingAccount => 404,
@@ -333,6 +358,10 @@ impl Generator {
                     }
                 };
                 bodies.push(Body::raw(raw));
+            }
+            // The sequences' own kinds: made by `sequences`, never drawn here.
+            Kind::LostAfterFull | Kind::InFlight { .. } | Kind::Burst => {
+                unreachable!("not in the generator's weights")
             }
             Kind::BadToken(what) => {
                 bad_auth = Some(match *what {

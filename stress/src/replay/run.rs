@@ -21,6 +21,17 @@ use super::plan::{Kind, Logical, Rng};
 const MAX_ATTEMPTS: u32 = 10;
 /// How long the client waits for one answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// 429s per body the client waits out (`Retry-After`) before it gives up: they are not
+/// failures, so they do not count as attempts.
+const MAX_LIMITED: u32 = 30;
+
+/// Wall-clock milliseconds since the epoch: the functions count their rate limits on the same
+/// clock, so an answer's admission happened between its exchange's `sent_ms` and `answered_ms`.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 /// One request and what came back.
 #[derive(Debug, Clone)]
@@ -32,6 +43,10 @@ pub struct Exchange {
     pub concurrent: bool,
     /// An earlier request under this key went unanswered (its work may still be running).
     pub after_unanswered: bool,
+    /// When the request was handed to the function, and when its answer (or its loss) came
+    /// back: wall clock, [`now_ms`].
+    pub sent_ms: u64,
+    pub answered_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +57,10 @@ pub enum Outcome {
         code: Option<String>,
         location: Option<String>,
         body: Vec<u8>,
+        /// `Retry-After`, seconds.
+        retry_after: Option<u64>,
+        /// The problem's `detail`: what tells the outcome-unknown 503 from "nothing committed".
+        detail: Option<String>,
     },
     Lost(String),
 }
@@ -53,6 +72,21 @@ impl Outcome {
             Outcome::Lost(_) => None,
         }
     }
+
+    /// A 503 whose `detail` does not say the outcome is unknown: by the contract, nothing was
+    /// committed and the key is free.
+    pub fn nothing_committed(&self) -> bool {
+        match self {
+            Outcome::Answer {
+                status: 503,
+                detail,
+                ..
+            } => !detail
+                .as_deref()
+                .is_some_and(|d| d.to_ascii_lowercase().contains("unknown")),
+            _ => false,
+        }
+    }
 }
 
 /// Everything the log says about one logical request.
@@ -62,11 +96,25 @@ pub struct LogicalLog {
     pub exchanges: Vec<Exchange>,
     /// Per body: the definitive answer's status, `None` when the client gave up (unknown).
     pub settled: Vec<Option<u16>>,
+    /// A [`Kind::InFlight`] sequence: DynamoDB's statuses for the first invocation's attempt
+    /// that landed late (200: it committed); empty when the proxy caught none.
+    pub landed: Vec<u16>,
+    /// A sequence's own verdict on whether it happened as designed (the layer was full, the
+    /// increments were held across the boundary), for the report.
+    pub exercised: bool,
 }
 
 /// A status the client retries (same key, same body).
 pub fn transient(status: u16) -> bool {
     status == 409 || status >= 500
+}
+
+/// One request's answer, and when it was sent.
+#[derive(Debug)]
+pub struct Sent {
+    pub outcome: Outcome,
+    /// [`now_ms`] as the request was handed to the function.
+    pub sent_ms: u64,
 }
 
 /// How a request is sent.
@@ -129,7 +177,21 @@ impl Traffic {
         }
     }
 
-    async fn exchange(&self, l: &Logical, body: usize, mode: Mode) -> Outcome {
+    pub async fn exchange(&self, l: &Logical, body: usize, mode: Mode) -> Sent {
+        let _permit = self.in_flight.acquire().await.expect("semaphore open");
+        self.send(l, body, mode).await
+    }
+
+    /// Sends one request; [`Self::exchange`] waits for one of the day's `--concurrency` slots
+    /// first, a sequence ([`super::sequences`]) does not: its clients are extra ones, and its
+    /// timing is its point.
+    pub async fn send(&self, l: &Logical, body: usize, mode: Mode) -> Sent {
+        let sent_ms = now_ms();
+        let outcome = self.send_outcome(l, body, mode).await;
+        Sent { outcome, sent_ms }
+    }
+
+    async fn send_outcome(&self, l: &Logical, body: usize, mode: Mode) -> Outcome {
         let mut req = http::Request::post("/transfers").header("content-type", "application/json");
         match &l.bad_auth {
             None => req = req.header("authorization", format!("Bearer {}", self.tokens[l.client])),
@@ -144,7 +206,6 @@ impl Traffic {
             // A header the plan made that HTTP cannot carry never reaches the function.
             Err(e) => return Outcome::Lost(format!("not sendable: {e}")),
         };
-        let _permit = self.in_flight.acquire().await.expect("semaphore open");
         self.sent.fetch_add(1, Ordering::SeqCst);
         let answer = match mode {
             Mode::Normal => tokio::time::timeout(ANSWER_TIMEOUT, self.transfer.invoke(req)).await,
@@ -158,22 +219,33 @@ impl Traffic {
             }
         };
         match answer {
-            Ok(Ok(r)) => Outcome::Answer {
-                status: r.status().as_u16(),
-                replayed: r
-                    .headers()
-                    .get("idempotent-replayed")
-                    .is_some_and(|v| v == "true"),
-                code: serde_json::from_slice::<serde_json::Value>(r.body())
-                    .ok()
-                    .and_then(|v| v["code"].as_str().map(str::to_string)),
-                location: r
-                    .headers()
-                    .get("location")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string),
-                body: r.body().to_vec(),
-            },
+            Ok(Ok(r)) => {
+                let problem = serde_json::from_slice::<serde_json::Value>(r.body()).ok();
+                Outcome::Answer {
+                    status: r.status().as_u16(),
+                    replayed: r
+                        .headers()
+                        .get("idempotent-replayed")
+                        .is_some_and(|v| v == "true"),
+                    code: problem
+                        .as_ref()
+                        .and_then(|v| v["code"].as_str().map(str::to_string)),
+                    detail: problem
+                        .as_ref()
+                        .and_then(|v| v["detail"].as_str().map(str::to_string)),
+                    retry_after: r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse().ok()),
+                    location: r
+                        .headers()
+                        .get("location")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string),
+                    body: r.body().to_vec(),
+                }
+            }
             Ok(Err(lost)) => Outcome::Lost(lost.to_string()),
             Err(_) => Outcome::Lost(format!("no answer within {ANSWER_TIMEOUT:?}")),
         }
@@ -188,37 +260,96 @@ impl Traffic {
         rng: &mut Rng,
         log: &mut LogicalLog,
     ) -> Option<u16> {
-        for attempt in 0..MAX_ATTEMPTS {
-            if attempt > 0 {
-                self.retries.fetch_add(1, Ordering::Relaxed);
-                match l.later {
-                    Some(n) if rng.chance(0.5) => self.wait_for_traffic(n).await,
-                    _ => {
-                        let ms = (50u64 << attempt.min(6)).min(3_000) + rng.below(50);
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.settle_from(l, body, Some(first), rng, log).await
+    }
+
+    /// [`Self::settle`]; with `first` `None` the client has already sent `body` once (its
+    /// answer is the log's last exchange) and waits as that answer asks before the next send.
+    pub async fn settle_from(
+        &self,
+        l: &Logical,
+        body: usize,
+        first: Option<Mode>,
+        rng: &mut Rng,
+        log: &mut LogicalLog,
+    ) -> Option<u16> {
+        let (mut attempt, mut limited) = (0u32, 0u32);
+        let mut wait = match first {
+            Some(_) => Wait::No,
+            None => match log.exchanges.last().map(|e| &e.outcome) {
+                Some(Outcome::Answer {
+                    status: 429,
+                    retry_after,
+                    ..
+                }) => {
+                    limited += 1;
+                    Wait::RetryAfter(retry_after.unwrap_or(1))
+                }
+                Some(o) if o.status().is_some_and(|s| !transient(s)) => return o.status(),
+                _ => {
+                    attempt += 1;
+                    Wait::Backoff
+                }
+            },
+        };
+        loop {
+            match wait {
+                Wait::No => {}
+                Wait::Backoff => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    match l.later {
+                        Some(n) if rng.chance(0.5) => self.wait_for_traffic(n).await,
+                        _ => {
+                            let ms = (50u64 << attempt.min(6)).min(3_000) + rng.below(50);
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                        }
                     }
                 }
+                // A 429 says when to come back; a client that comes sooner is refused again.
+                Wait::RetryAfter(secs) => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    let ms = secs * 1_000 + rng.below(100);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
             }
-            let mode = if attempt == 0 { first } else { Mode::Normal };
-            let outcome = self.exchange(l, body, mode).await;
-            let status = outcome.status();
-            log.push(body, outcome, false);
+            let mode = match (attempt, first) {
+                (0, Some(mode)) => mode,
+                _ => Mode::Normal,
+            };
+            let sent = self.exchange(l, body, mode).await;
+            let (status, retry_after) = match &sent.outcome {
+                Outcome::Answer {
+                    status,
+                    retry_after,
+                    ..
+                } => (Some(*status), *retry_after),
+                Outcome::Lost(_) => (None, None),
+            };
+            log.push(body, sent, false);
             match status {
+                Some(429) => {
+                    limited += 1;
+                    if limited > MAX_LIMITED {
+                        return None;
+                    }
+                    wait = Wait::RetryAfter(retry_after.unwrap_or(1));
+                }
                 Some(s) if !transient(s) => return Some(s),
-                _ => {}
+                _ => {
+                    attempt += 1;
+                    if attempt >= MAX_ATTEMPTS {
+                        return None;
+                    }
+                    wait = Wait::Backoff;
+                }
             }
         }
-        None
     }
 
     /// Runs one logical request the way its client behaves.
     pub async fn drive(&self, l: Logical, seed: u64) -> LogicalLog {
         let mut rng = Rng::fork(seed, 1_000_000 + l.index as u64);
-        let mut log = LogicalLog {
-            logical: l.clone(),
-            exchanges: Vec::new(),
-            settled: vec![None; l.bodies.len()],
-        };
+        let mut log = LogicalLog::new(&l);
         match &l.kind {
             Kind::LostResponse { hang_up: true } => {
                 let ms = rng.below(30);
@@ -237,15 +368,18 @@ impl Traffic {
                 let copies = (0..*n).map(|_| self.exchange(&l, 0, Mode::Normal));
                 let outcomes = futures::future::join_all(copies).await;
                 let mut settled = None;
-                for outcome in outcomes {
-                    if let Some(s) = outcome.status().filter(|s| !transient(*s)) {
+                for sent in outcomes {
+                    if let Some(s) = sent
+                        .outcome
+                        .status()
+                        .filter(|s| !transient(*s) && *s != 429)
+                    {
                         settled = Some(s);
                     }
-                    log.push(0, outcome, true);
+                    log.push(0, sent, true);
                 }
                 if settled.is_none() {
-                    self.retries.fetch_add(1, Ordering::Relaxed);
-                    settled = self.settle(&l, 0, Mode::Normal, &mut rng, &mut log).await;
+                    settled = self.settle_from(&l, 0, None, &mut rng, &mut log).await;
                 }
                 log.settled[0] = settled;
             }
@@ -269,8 +403,32 @@ impl Traffic {
     }
 }
 
+/// What the client waits for before its next send.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    No,
+    /// Its own backoff (or "much later").
+    Backoff,
+    /// A 429's `Retry-After`, seconds.
+    RetryAfter(u64),
+}
+
 impl LogicalLog {
-    fn push(&mut self, body: usize, outcome: Outcome, concurrent: bool) {
+    pub fn new(l: &Logical) -> Self {
+        Self {
+            logical: l.clone(),
+            exchanges: Vec::new(),
+            settled: vec![None; l.bodies.len()],
+            landed: Vec::new(),
+            exercised: false,
+        }
+    }
+
+    /// Logs an exchange: `sent` came back just now (or a moment ago: its answered time is
+    /// taken when logged, which only widens the span its admission is known to lie in).
+    pub fn push(&mut self, body: usize, sent: Sent, concurrent: bool) {
+        let Sent { outcome, sent_ms } = sent;
+        let answered_ms = now_ms();
         let after_unanswered = self
             .exchanges
             .iter()
@@ -280,6 +438,8 @@ impl LogicalLog {
             outcome,
             concurrent,
             after_unanswered,
+            sent_ms,
+            answered_ms,
         });
     }
 }
