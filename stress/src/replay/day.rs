@@ -62,6 +62,7 @@ pub struct Figures {
     sequences: sequences::Counts,
     sequence_rounds: usize,
     sequence_requests: usize,
+    sequence_s: String,
 }
 
 #[derive(Serialize)]
@@ -353,6 +354,7 @@ pub async fn day(o: &Options, stack: &Stack) -> Figures {
         limits: sequences::limits(),
         sequences: seq_counts,
         sequence_rounds: sequences::rounds(o.requests),
+        sequence_s: secs(seq_counts.busy),
         sequence_requests,
     }
 }
