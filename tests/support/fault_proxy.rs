@@ -74,15 +74,11 @@ pub enum Fault {
     /// `x-amzn-requestid`, a body with `__type` and a message), without forwarding: nothing is
     /// committed. The client connection stays open.
     Error(DynamoError),
-    /// Keep the request without forwarding it and close the client connection at once, so the
-    /// caller sees a lost answer; [`FaultProxy::release_held`] forwards it later. A write
-    /// DynamoDB is still applying when its sender gives up, and that lands afterwards.
-    Hold,
-    /// Never answer the client; forward the request, from a task of its own, once the
-    /// [`Landing`] is opened, whether or not the client still waits: a write DynamoDB is still
-    /// applying when its caller has given up (a [`Self::Pause`] or [`Self::Delay`] whose client
-    /// hangs up is dropped with the connection, and never lands). Made by
-    /// [`FaultProxy::land_later_when`].
+    /// Close the client connection at once without an answer, so the caller sees a lost
+    /// answer, and forward the request from a task of its own once the [`Landing`] is opened: a
+    /// write DynamoDB is still applying when its caller has given up, and that lands afterwards
+    /// (a [`Self::Pause`] or [`Self::Delay`] whose client hangs up is dropped with the
+    /// connection, and never lands). Made by [`FaultProxy::land_later_when`].
     LandLater(Landing),
 }
 
@@ -197,13 +193,9 @@ impl Rule {
 /// A running proxy; dropping it stops the accept loop and every connection it serves.
 pub struct FaultProxy {
     addr: std::net::SocketAddr,
-    upstream: Arc<str>,
     state: Arc<State>,
     task: JoinHandle<()>,
 }
-
-/// A request [`Fault::Hold`] kept back.
-type Held = (http::request::Parts, Bytes);
 
 #[derive(Default)]
 struct State {
@@ -212,8 +204,6 @@ struct State {
     /// Operations whose request bodies are kept, and the bodies.
     recorded: Mutex<HashMap<String, Vec<Vec<u8>>>>,
     fired: AtomicUsize,
-    /// Requests held by [`Fault::Hold`], in arrival order.
-    held: Mutex<Vec<Held>>,
 }
 
 impl State {
@@ -255,14 +245,8 @@ impl FaultProxy {
             .expect("fault proxy: bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("fault proxy: local address");
         let state = Arc::new(State::default());
-        let upstream: Arc<str> = authority.into();
-        let task = tokio::spawn(accept_loop(listener, upstream.clone(), state.clone()));
-        FaultProxy {
-            addr,
-            upstream,
-            state,
-            task,
-        }
+        let task = tokio::spawn(accept_loop(listener, authority.into(), state.clone()));
+        FaultProxy { addr, state, task }
     }
 
     /// `http://127.0.0.1:PORT`: the endpoint to give the SDK client.
@@ -375,31 +359,6 @@ impl FaultProxy {
     pub fn fired(&self) -> usize {
         self.state.fired.load(Ordering::SeqCst)
     }
-
-    /// How many requests [`Fault::Hold`] is keeping back.
-    pub fn held(&self) -> usize {
-        self.state.held.lock().unwrap().len()
-    }
-
-    /// Forwards every request [`Fault::Hold`] kept back, in arrival order, each once its
-    /// predecessor is answered, and returns DynamoDB's statuses (nobody else hears them).
-    pub async fn release_held(&self) -> Vec<StatusCode> {
-        let held = std::mem::take(&mut *self.state.held.lock().unwrap());
-        let mut statuses = Vec::new();
-        for (head, body) in held {
-            let forwarded = timeout(
-                IO_TIMEOUT,
-                forward(&self.upstream, Request::from_parts(head, body)),
-            )
-            .await
-            .unwrap_or(Err(Upstream::TimedOut));
-            match forwarded {
-                Ok(answer) => statuses.push(answer.status()),
-                Err(e) => panic!("fault proxy: releasing a held request: {e}"),
-            }
-        }
-        statuses
-    }
 }
 
 impl Drop for FaultProxy {
@@ -487,10 +446,6 @@ async fn handle(
         }
         Some(Fault::Error(e)) => return Ok(dynamo_error(e, op, &body)),
         Some(Fault::DropRequest) => return Err(Ended::Dropped),
-        Some(Fault::Hold) => {
-            state.held.lock().unwrap().push((head, body));
-            return Err(Ended::Dropped);
-        }
         Some(Fault::Delay(d)) => tokio::time::sleep(*d).await,
         Some(Fault::Pause(Paused(rx))) => {
             // A dropped `Release` lets the request go, as an opened one does.
@@ -498,10 +453,10 @@ async fn handle(
         }
         Some(Fault::LandLater(landing)) => {
             landing.0.caught.fetch_add(1, Ordering::SeqCst);
-            // Its own task: it lands even when this connection (and this future) is gone.
+            // Its own task: it lands after this connection (and this future) is gone.
             let landing = landing.clone();
             let req = Request::from_parts(head, body);
-            let _ = tokio::spawn(async move { landing.land(upstream, req).await }).await;
+            tokio::spawn(async move { landing.land(upstream, req).await });
             return Err(Ended::Dropped);
         }
         Some(Fault::DropResponseAfterCommit) | None => {}

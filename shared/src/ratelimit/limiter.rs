@@ -294,9 +294,7 @@ impl RateLimiter {
                 .map_err(Refusal::Store)?;
             match self.count_in(check, &limit, floor).await {
                 Err(Recount::Ended(end)) => floor = floor.max(end),
-                Err(Recount::Layout(base, n, until)) => {
-                    self.layouts.insert(base, n, until, now_ms);
-                }
+                Err(Recount::Layout) => {}
                 Err(Recount::Refused(refusal)) => return Err(refusal),
                 Ok(held) => return Ok(held),
             }
@@ -378,7 +376,9 @@ impl RateLimiter {
                     return Err(Recount::Ended(counter.end));
                 }
                 Err(Refusal::Layout(n)) => {
-                    return Err(Recount::Layout(counter.base_pk, n, counter.end))
+                    // Known for the rest of the window: the next pass counts in it.
+                    self.layouts.insert(counter.base_pk, n, counter.end, now_ms);
+                    return Err(Recount::Layout);
                 }
                 Err(store) => return Err(Recount::Refused(store)),
             }
@@ -406,7 +406,11 @@ impl RateLimiter {
         let slots = match self.previous_layout(counter, now_ms).await? {
             None => [0; SLOTS],
             Some((n, _)) if n == counter.layout => match n {
-                1 => self.previous_base_slots(counter, now_ms).await?,
+                // The base item's slots, which finding the layout has just read.
+                1 => self
+                    .previous_layout(counter, now_ms)
+                    .await?
+                    .map_or([0; SLOTS], |(_, slots)| slots),
                 _ => self.store.seal(&counter.previous_pk, expires).await?.slots,
             },
             Some((n, base)) => {
@@ -457,18 +461,6 @@ impl RateLimiter {
         self.layouts.insert(key.clone(), n, counter.end, now_ms);
         self.previous.insert(key, seen.slots, counter.end, now_ms);
         Ok(Some((n, seen.slots)))
-    }
-
-    /// The previous window's base item's slots (an unsharded previous window).
-    async fn previous_base_slots(
-        &self,
-        counter: &Counter,
-        now_ms: UnixMillis,
-    ) -> Result<Slots, LimiterError> {
-        Ok(self
-            .previous_layout(counter, now_ms)
-            .await?
-            .map_or([0; SLOTS], |(_, slots)| slots))
     }
 
     /// Gives back every counter `admission` holds: used when a later layer rejects the request
@@ -595,8 +587,8 @@ impl RateLimiter {
 enum Recount {
     /// The window ending at this moment was sealed (or ended during the pass).
     Ended(UnixMillis),
-    /// The window (base item key) is counted in this many shards, until this moment.
-    Layout(String, u32, UnixMillis),
+    /// The window is counted in another layout (now in the layout cache).
+    Layout,
     /// Full, or the store failed: the layer's answer.
     Refused(Refusal),
 }
@@ -616,11 +608,13 @@ fn sooner(a: Option<Decision>, b: Decision) -> Decision {
     }
 }
 
-/// Whether a failed refund may still have applied, for the log: `"no"` when DynamoDB answered
-/// with an error, `"unknown"` when the answer never came (lost, timed out).
-fn refund_outcome<E, R>(e: &SdkError<E, R>) -> &'static str {
-    match e {
-        SdkError::ServiceError(_) | SdkError::ConstructionFailure(_) => "no",
-        _ => "unknown",
+/// Whether a failed refund may still have applied, for the log: `"no"` when DynamoDB's answer
+/// proves it was not, `"unknown"` otherwise (lost, timed out, a 5xx).
+fn refund_outcome<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(
+    e: &SdkError<E, aws_smithy_runtime_api::http::Response>,
+) -> &'static str {
+    match crate::aws::failure(e) {
+        crate::aws::Failure::Unknown => "unknown",
+        _ => "no",
     }
 }

@@ -230,7 +230,7 @@ async fn a_transaction_still_in_flight_when_the_attempts_end_is_an_unknown_outco
         Fault::ServerError,
     ] {
         let s = Setup::new().await;
-        s.proxy.arm(TWI, Fault::Hold);
+        let landing = s.proxy.land_later_when(TWI, "");
         s.proxy.arm_always(TWI, fault.clone());
         let resp = s.post("k-in-flight", 300).await;
         assert_eq!(resp.status(), 503, "{fault:?}: {:?}", json_body(&resp));
@@ -251,7 +251,8 @@ async fn a_transaction_still_in_flight_when_the_attempts_end_is_an_unknown_outco
         assert_eq!(s.balances().await, (1_000, 0), "{fault:?}: not yet");
 
         // DynamoDB finishes applying it.
-        assert_eq!(s.proxy.release_held().await, [200], "{fault:?}");
+        landing.open();
+        assert_eq!(landing.landed().await, [200], "{fault:?}");
         assert_eq!(s.balances().await, (700, 300), "{fault:?}");
         s.proxy.disarm(TWI);
         let retry = s.post("k-in-flight", 300).await;
@@ -300,7 +301,7 @@ async fn a_cancellation_settles_a_token_whose_first_send_was_lost() {
 #[tokio::test]
 async fn a_token_given_up_on_while_unknown_stays_unknown() {
     let s = Setup::new().await;
-    s.proxy.arm(TWI, Fault::Hold);
+    let landing = s.proxy.land_later_when(TWI, "");
     s.proxy
         .arm(TWI, Fault::Error(DynamoError::IdempotentParameterMismatch));
     s.proxy
@@ -311,7 +312,8 @@ async fn a_token_given_up_on_while_unknown_stays_unknown() {
     let tokens = s.tokens();
     assert_eq!(tokens[0], tokens[1]);
     assert_ne!(tokens[1], tokens[2]);
-    assert_eq!(s.proxy.release_held().await, [200]);
+    landing.open();
+    assert_eq!(landing.landed().await, [200]);
     s.proxy.disarm(TWI);
     let retry = s.post("k-given-up", 300).await;
     assert_eq!(retry.status(), 201);
