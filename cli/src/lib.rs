@@ -13,7 +13,7 @@
 //! Every command goes through the library's stores ([`tollgate`], [`transfer::ledger`]), so the
 //! CLI writes exactly the items the functions read; tables are read from `template.yaml` and
 //! created by [`tollgate_template`]. Where it connects is [`connect`]'s business; function and
-//! table names are [`tollgate::catalog`]'s.
+//! table names are [`tollgate_functions::catalog`]'s.
 //!
 //! [`run`] is the whole CLI as a function: arguments and a [`Context`] in, an [`Output`] (exit
 //! status, stdout, stderr) out. `main.rs` only prints that, and tests call [`run`] in process.

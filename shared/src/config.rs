@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
-use crate::catalog;
 use crate::client_addr::ClientIpSource;
 use crate::cors::{Cors, ORIGINS_VAR};
 use crate::ratelimit::RateLimits;
@@ -98,6 +97,13 @@ impl Env {
         Ok(Duration::from_secs(secs))
     }
 
+    /// A string setting that has no default: unset is an error naming it.
+    pub fn required(&self, key: &str) -> Result<String, ConfigError> {
+        self.get(key)
+            .map(|v| v.trim().to_string())
+            .ok_or_else(|| ConfigError::new(key, "must be set"))
+    }
+
     /// A string setting with a default.
     pub fn string_or(&self, key: &str, default: &str) -> String {
         self.get(key).unwrap_or(default).trim().to_string()
@@ -147,8 +153,6 @@ pub struct GuardSettings {
     pub secrets_ttl: Duration,
     /// Pause after a failing secret store (SSM) before it is asked again for that secret.
     pub secrets_cooldown: Duration,
-    /// Pause after a failing upstream (OpenAI) before it is asked again.
-    pub upstream_cooldown: Duration,
     pub rate_limit_table: String,
     pub control_table: String,
     pub internal_token: Option<SecretSource>,
@@ -162,22 +166,16 @@ pub struct GuardSettings {
     pub block_cache_max_age: Duration,
     /// Origins whose pages may call the API (`CORS_ALLOWED_ORIGINS`); empty: CORS off.
     pub cors: Cors,
+    /// The CloudWatch namespace of the guards' metrics (`METRICS_NAMESPACE`); `None`: no
+    /// metric lines are written.
+    pub metrics_namespace: Option<String>,
 }
 
 impl GuardSettings {
-    /// Reads the shared settings of `function`, with its own limits variable and default from
-    /// the catalog: what every function runs on.
-    pub fn for_function(env: &Env, function: &catalog::Function) -> Result<Self, ConfigError> {
-        Self::from_env(
-            env,
-            function.name,
-            function.limits_variable,
-            function.default_limits,
-        )
-    }
-
-    /// Reads the shared settings; `limits_var` names the function's own limits variable
-    /// (`SESSION_RATE_LIMITS`, `TRANSFER_RATE_LIMITS`) and `default_limits` its default.
+    /// Reads the shared settings; `function` names the guarded function (its kill-switch key,
+    /// its counters' scope, its metrics dimension), `limits_var` its limits variable and
+    /// `default_limits` their default. The two tables have no default: `RATE_LIMIT_TABLE` and
+    /// `CONTROL_TABLE` must name them.
     pub fn from_env(
         env: &Env,
         function: &str,
@@ -221,9 +219,8 @@ impl GuardSettings {
             )?,
             secrets_ttl: env.seconds_or("SECRETS_TTL_SECONDS", 300, 0)?,
             secrets_cooldown: env.seconds_or("SECRETS_COOLDOWN_SECONDS", 5, 1)?,
-            upstream_cooldown: env.seconds_or("UPSTREAM_COOLDOWN_SECONDS", 5, 1)?,
-            rate_limit_table: catalog::RATE_LIMITS.resolve_for_function(env),
-            control_table: catalog::CONTROL.resolve_for_function(env),
+            rate_limit_table: env.required(RATE_LIMIT_TABLE_VAR)?,
+            control_table: env.required(CONTROL_TABLE_VAR)?,
             internal_token: env.secret_source("INTERNAL_TOKEN")?,
             origin_verify_secret,
             max_body_bytes,
@@ -235,16 +232,34 @@ impl GuardSettings {
                 0,
             )?,
             cors,
+            metrics_namespace: env.get(METRICS_NAMESPACE_VAR).map(|n| n.trim().to_string()),
         })
     }
 }
+
+/// The variable naming the rate-limit counters' table.
+pub const RATE_LIMIT_TABLE_VAR: &str = "RATE_LIMIT_TABLE";
+/// The variable naming the control table (kill switches, published limits).
+pub const CONTROL_TABLE_VAR: &str = "CONTROL_TABLE";
+/// The variable naming the metrics' CloudWatch namespace.
+pub const METRICS_NAMESPACE_VAR: &str = "METRICS_NAMESPACE";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const LIMITS_VAR: &str = "MY_RATE_LIMITS";
+    const DEFAULT_LIMITS: &str = "ip=300/1m,client=60/1m";
+
     fn settings(pairs: &[(&str, &str)]) -> Result<GuardSettings, ConfigError> {
-        GuardSettings::for_function(&Env::from_pairs(pairs.iter().copied()), &catalog::TRANSFER)
+        let mut env = Env::from_pairs([
+            (RATE_LIMIT_TABLE_VAR, "limits"),
+            (CONTROL_TABLE_VAR, "control"),
+        ]);
+        for (k, v) in pairs {
+            env.set(*k, *v);
+        }
+        GuardSettings::from_env(&env, "my-function", LIMITS_VAR, DEFAULT_LIMITS)
     }
 
     #[test]
@@ -255,9 +270,8 @@ mod tests {
         assert_eq!(s.kill_switch_stale, Duration::from_secs(60));
         assert_eq!(s.secrets_ttl, Duration::from_secs(300));
         assert_eq!(s.secrets_cooldown, Duration::from_secs(5));
-        assert_eq!(s.upstream_cooldown, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 16 * 1024);
-        assert_eq!(s.rate_limits.to_string(), catalog::TRANSFER.default_limits);
+        assert_eq!(s.rate_limits.to_string(), DEFAULT_LIMITS);
         assert!(
             !s.cors.is_enabled(),
             "CORS is off unless origins are listed"
@@ -265,26 +279,31 @@ mod tests {
     }
 
     #[test]
-    fn the_secret_store_and_the_upstream_pause_on_their_own_settings() {
-        let s = settings(&[
-            ("SECRETS_COOLDOWN_SECONDS", "7"),
-            ("UPSTREAM_COOLDOWN_SECONDS", "2"),
-        ])
-        .unwrap();
+    fn the_tables_have_no_default_and_metrics_are_off_unless_named() {
+        let env = Env::from_pairs([(CONTROL_TABLE_VAR, "control")]);
+        let err = GuardSettings::from_env(&env, "f", LIMITS_VAR, DEFAULT_LIMITS).unwrap_err();
+        assert_eq!(err.var, RATE_LIMIT_TABLE_VAR);
+        let env = Env::from_pairs([(RATE_LIMIT_TABLE_VAR, "limits")]);
+        let err = GuardSettings::from_env(&env, "f", LIMITS_VAR, DEFAULT_LIMITS).unwrap_err();
+        assert_eq!(err.var, CONTROL_TABLE_VAR);
+        let s = settings(&[]).unwrap();
+        assert_eq!(
+            (s.rate_limit_table.as_str(), s.control_table.as_str()),
+            ("limits", "control")
+        );
+        assert_eq!(s.metrics_namespace, None);
+        let s = settings(&[(METRICS_NAMESPACE_VAR, " Mine ")]).unwrap();
+        assert_eq!(s.metrics_namespace.as_deref(), Some("Mine"));
+        let s = settings(&[("SECRETS_COOLDOWN_SECONDS", "7")]).unwrap();
         assert_eq!(s.secrets_cooldown, Duration::from_secs(7));
-        assert_eq!(s.upstream_cooldown, Duration::from_secs(2));
-        let s = settings(&[("UPSTREAM_COOLDOWN_SECONDS", "2")]).unwrap();
-        assert_eq!(s.secrets_cooldown, Duration::from_secs(5));
     }
 
     #[test]
     fn bad_values_name_their_variable() {
-        let err = settings(&[(catalog::TRANSFER.limits_variable, "ip=ten/1h")]).unwrap_err();
-        assert_eq!(err.var, catalog::TRANSFER.limits_variable);
+        let err = settings(&[(LIMITS_VAR, "ip=ten/1h")]).unwrap_err();
+        assert_eq!(err.var, LIMITS_VAR);
         let err = settings(&[("CLIENT_IP_SOURCE", "xff")]).unwrap_err();
         assert_eq!(err.var, "CLIENT_IP_SOURCE");
-        let err = settings(&[("UPSTREAM_COOLDOWN_SECONDS", "0")]).unwrap_err();
-        assert_eq!(err.var, "UPSTREAM_COOLDOWN_SECONDS");
         let err = settings(&[("SECRETS_COOLDOWN_SECONDS", "0")]).unwrap_err();
         assert_eq!(err.var, "SECRETS_COOLDOWN_SECONDS");
         let err = settings(&[("KILL_SWITCH_STALE_SECONDS", "-1")]).unwrap_err();
@@ -300,15 +319,14 @@ mod tests {
     #[test]
     fn a_limits_list_without_entries_names_its_variable() {
         for empty in [",", " , ,"] {
-            let err = settings(&[(catalog::TRANSFER.limits_variable, empty)]).unwrap_err();
-            assert_eq!(err.var, catalog::TRANSFER.limits_variable, "{empty:?}");
+            let err = settings(&[(LIMITS_VAR, empty)]).unwrap_err();
+            assert_eq!(err.var, LIMITS_VAR, "{empty:?}");
             assert!(err.to_string().contains("=off"), "{err}");
         }
-        let err =
-            settings(&[(catalog::TRANSFER.limits_variable, "global=off,global=1/1d")]).unwrap_err();
-        assert_eq!(err.var, catalog::TRANSFER.limits_variable);
+        let err = settings(&[(LIMITS_VAR, "global=off,global=1/1d")]).unwrap_err();
+        assert_eq!(err.var, LIMITS_VAR);
         // Only layers turned off on purpose: explicit, so accepted.
-        let s = settings(&[(catalog::TRANSFER.limits_variable, "ip=off,client=off")]).unwrap();
+        let s = settings(&[(LIMITS_VAR, "ip=off,client=off")]).unwrap();
         assert_eq!(s.rate_limits.iter().count(), 0);
         assert!(s.rate_limits.is_off(crate::ratelimit::Layer::Client));
     }

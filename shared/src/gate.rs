@@ -7,31 +7,28 @@
 //! The kill switch comes first so a flipped switch costs nothing else. The address comes before
 //! any limit so that the `ip` layer counts every request, including those that fail
 //! authentication later. Authentication itself belongs to each function, after the `ip` layer.
-//! A CORS preflight from a listed origin never gets here: [`crate::serve::Function::handle`]
-//! answers it first, so it costs no read and counts in no layer.
+//! A CORS preflight from a listed origin never gets here: the function answers it first (see
+//! [`crate::cors`]), so it costs no read and counts in no layer.
 
 use std::sync::Arc;
 
 use lambda_http::Request;
-use secrecy::SecretString;
 
-use crate::client_addr::{self, ClientAddr, ClientIpSource};
+use crate::client_addr::ClientAddr;
 use crate::clock::SharedClock;
 use crate::config::GuardSettings;
-use crate::internal::{is_internal_token, INTERNAL_TOKEN_HEADER};
 use crate::kill_switch::KillSwitch;
+use crate::layers::{
+    ClientAddressLayer, ClientAddressSource, CorsLayer, KillSwitchLayer, RateLimitLayer,
+    RespondLayer, RouteMethods, RoutesLayer,
+};
+use crate::metrics::Metrics;
 use crate::problem::ApiError;
 use crate::published_limits::{LimitsRecord, PublishedLimitsError};
-use crate::ratelimit::{Admission, Layer, LimitCheck, RateLimiter, Verdict};
-use crate::secrets::{SecretError, SecretStore};
+use crate::ratelimit::{Admission, Layer, LimitCheck, RateLimit, RateLimiter, Verdict};
+use crate::secrets::SecretStore;
 
-/// Who is calling, as established by the front guards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caller {
-    pub addr: ClientAddr,
-    /// The request carried the real internal token.
-    pub internal: bool,
-}
+pub use crate::layers::Caller;
 
 /// The shared guards of one function. Its parts are private: a function asks the gate (check,
 /// limit, refund, read a secret) instead of reaching into the limiter or the kill switch, so the
@@ -39,10 +36,12 @@ pub struct Caller {
 #[derive(Debug)]
 pub struct Gate {
     settings: GuardSettings,
-    kill_switch: KillSwitch,
-    limiter: RateLimiter,
+    kill_switch: Arc<KillSwitch>,
+    limiter: Arc<RateLimiter>,
     secrets: Arc<SecretStore>,
+    address: Arc<ClientAddressSource>,
     published_limits: LimitsRecord,
+    metrics: Metrics,
 }
 
 impl Gate {
@@ -59,24 +58,41 @@ impl Gate {
             settings.secrets_ttl,
             settings.secrets_cooldown,
         ));
+        let address = Arc::new(ClientAddressSource::new(
+            settings.client_ip_source,
+            settings.origin_verify_secret.clone(),
+            settings.internal_token.clone(),
+            secrets.clone(),
+        ));
         Self {
-            kill_switch: KillSwitch::new(
-                ddb.clone(),
-                &settings.control_table,
-                clock.clone(),
-                settings.kill_switch_cache,
-            )
-            .with_stale_window(settings.kill_switch_stale),
+            kill_switch: Arc::new(
+                KillSwitch::new(
+                    ddb.clone(),
+                    &settings.control_table,
+                    clock.clone(),
+                    settings.kill_switch_cache,
+                )
+                .with_stale_window(settings.kill_switch_stale),
+            ),
+            address,
             published_limits: LimitsRecord::new(
                 ddb.clone(),
                 &settings.control_table,
                 clock.clone(),
             ),
-            limiter: RateLimiter::new(ddb, &settings.rate_limit_table, &settings.function, clock)
-                .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
+            limiter: Arc::new(
+                RateLimiter::new(ddb, &settings.rate_limit_table, &settings.function, clock)
+                    .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
+            ),
             secrets,
+            metrics: Metrics::new(settings.metrics_namespace.as_deref(), &settings.function),
             settings,
         }
+    }
+
+    /// Where this function's metric lines go.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The settings the guards were built from (base path, body limit, CORS origins, ...).
@@ -107,7 +123,7 @@ impl Gate {
     /// Writes the limits these guards count under, and how long they refuse a full key from
     /// memory, to the control table ([`crate::published_limits`]), so the operator's CLI
     /// reports what this function counts rather than what the operator's shell says. Once per
-    /// process, spawned at start by [`crate::serve::run`]: no request waits for it. A failure
+    /// process, spawned at start by the entry point: no request waits for it. A failure
     /// is logged and returned, and changes nothing else: the guards never read it back, and the
     /// CLI says so when it finds nothing published.
     pub async fn publish_limits(&self) -> Result<(), PublishedLimitsError> {
@@ -152,67 +168,68 @@ impl Gate {
 
     /// The client address, by `CLIENT_IP_SOURCE`.
     pub async fn client_addr(&self, req: &Request) -> Result<ClientAddr, ApiError> {
-        let secret = match self.settings.client_ip_source {
-            ClientIpSource::Peer => None,
-            ClientIpSource::Cloudfront => match &self.settings.origin_verify_secret {
-                Some(source) => Some(self.secrets.get(source).await?),
-                None => return Err(ApiError::Internal),
-            },
-        };
-        Ok(client_addr::resolve(
-            req,
-            self.settings.client_ip_source,
-            secret.as_ref(),
-        )?)
+        self.address.addr(req).await
     }
 
-    /// Whether `req` carries the real internal token. Requests without the header never cost a
-    /// secret lookup; when the token cannot be loaded the request is treated as an ordinary one
-    /// (counted), which is the safe side.
+    /// Whether `req` carries the real internal token (see [`ClientAddressSource::is_internal`]).
     pub async fn is_internal(&self, req: &Request) -> bool {
-        match self.internal_token(req).await {
-            Ok(Some((presented, expected))) => is_internal_token(Some(&presented), &expected),
-            Ok(None) => false,
-            Err(e) => {
-                tracing::warn!(error = %e, "internal token unavailable; treating the request as external");
-                false
-            }
-        }
+        self.address.is_internal(req).await
     }
 
-    /// For internal routes: Ok only with the real internal token; 401 otherwise. A token that
-    /// cannot be loaded gives 503/500, so an SSM outage is not reported as bad credentials.
+    /// For internal routes: Ok only with the real internal token; 401 otherwise (see
+    /// [`ClientAddressSource::require_internal`]).
     pub async fn require_internal(&self, req: &Request) -> Result<(), ApiError> {
-        match self.internal_token(req).await? {
-            Some((presented, expected)) if is_internal_token(Some(&presented), &expected) => Ok(()),
-            _ => Err(ApiError::Unauthorized),
-        }
-    }
-
-    async fn internal_token(
-        &self,
-        req: &Request,
-    ) -> Result<Option<(String, SecretString)>, SecretError> {
-        let Some(presented) = req
-            .headers()
-            .get(INTERNAL_TOKEN_HEADER)
-            .and_then(|v| v.to_str().ok())
-        else {
-            return Ok(None);
-        };
-        let Some(source) = &self.settings.internal_token else {
-            return Ok(None);
-        };
-        let expected = self.secrets.get(source).await?;
-        Ok(Some((presented.to_string(), expected)))
+        self.address.require_internal(req).await
     }
 
     /// Kill switch, client address, internal token: the steps every public route starts with.
     pub async fn front(&self, req: &Request) -> Result<Caller, ApiError> {
         self.check_kill_switch().await?;
-        let addr = self.client_addr(req).await?;
-        let internal = self.is_internal(req).await;
-        Ok(Caller { addr, internal })
+        self.address.caller(req).await
+    }
+
+    /// The outermost layer: request ids, `RateLimit` fields, this function's metrics.
+    pub fn respond_layer(&self) -> RespondLayer {
+        RespondLayer::new(Some(self.metrics.clone()))
+    }
+
+    /// CORS for `CORS_ALLOWED_ORIGINS` on the routes `methods` names.
+    pub fn cors_layer(&self, methods: impl RouteMethods) -> CorsLayer {
+        CorsLayer::new(
+            self.settings.cors.clone(),
+            &self.settings.base_path,
+            methods,
+        )
+    }
+
+    /// 404, 405 and 413 (`MAX_BODY_BYTES`) under `BASE_PATH`, before any guard.
+    pub fn routes_layer(&self, methods: impl RouteMethods) -> RoutesLayer {
+        RoutesLayer::new(
+            &self.settings.base_path,
+            methods,
+            self.settings.max_body_bytes,
+        )
+    }
+
+    /// This function's kill switch.
+    pub fn kill_switch_layer(&self) -> KillSwitchLayer {
+        KillSwitchLayer::new(self.kill_switch.clone(), &self.settings.function)
+    }
+
+    /// The [`Caller`] by `CLIENT_IP_SOURCE`, with the internal token.
+    pub fn client_address_layer(&self) -> ClientAddressLayer {
+        ClientAddressLayer::new(self.address.clone())
+    }
+
+    /// A rate-limit layer over this function's counters, with no limit yet: add them with
+    /// [`RateLimitLayer::limit`] and [`Gate::rate_limit`].
+    pub fn rate_limit_layer(&self) -> RateLimitLayer {
+        RateLimitLayer::new(self.limiter.clone())
+    }
+
+    /// The configured limit of `layer`, if it is on.
+    pub fn rate_limit(&self, layer: Layer) -> Option<RateLimit> {
+        self.settings.rate_limits.get(layer).copied()
     }
 
     /// Counts the request in the configured layers among `layers` (identity per layer: the

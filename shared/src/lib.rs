@@ -12,18 +12,15 @@
 //! | [`cors`] | a page on another origin that works only where a platform happened to add CORS, or `*` beside credentials |
 //! | [`problem`] | error bodies that leak host names, parameter names or upstream messages |
 //!
-//! [`catalog`] names the functions, tables and limits variables once, for the functions, the
-//! CLI and the tests alike; [`published_limits`] is where each function says which limits it
-//! counts under, so that the CLI reports those rather than its own shell's.
+//! [`published_limits`] is where each function says which limits it counts under, so that an
+//! operator's tools report those rather than their own shell's.
 //!
 //! [`gate`] composes the guards in the order the contract fixes; the functions call it before
 //! doing any work of their own. Time comes from a [`clock::Clock`] so windows, TTLs and cooldowns
 //! are tested without sleeping.
 
 pub mod aws;
-pub mod catalog;
 pub mod client_addr;
-pub mod clients;
 pub mod clock;
 pub mod config;
 pub mod cooldown;
@@ -36,12 +33,12 @@ pub mod ids;
 pub mod internal;
 pub mod json;
 pub mod kill_switch;
+pub mod layers;
 pub mod metrics;
 pub mod problem;
 pub mod published_limits;
 pub mod ratelimit;
 pub mod secrets;
-pub mod serve;
 pub mod telemetry;
 
 pub use problem::{ApiError, ClientError};

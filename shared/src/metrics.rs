@@ -1,9 +1,10 @@
 //! CloudWatch metrics as embedded-metric-format (EMF) log lines.
 //!
 //! Lambda ships stdout to CloudWatch Logs, which turns any line carrying an `_aws` object into
-//! metrics: no agent, no `PutMetricData` call on the request path. Namespace `Tollgate`,
-//! dimension `Function` (and `Layer` for rate-limit rejections). The alarms in `template.yaml`
-//! watch these.
+//! metrics: no agent, no `PutMetricData` call on the request path. The namespace is the
+//! deployment's ([`crate::config::GuardSettings::metrics_namespace`]; none: no lines), the
+//! dimension `Function` (and `Layer` for rate-limit rejections), so alarms can watch each
+//! function's refusals and failures.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,8 +14,13 @@ use serde_json::{json, Map, Value};
 use crate::idempotency::REPLAYED_HEADER;
 use crate::problem::{ApiError, ClientError};
 
-/// Metric namespace.
-pub const NAMESPACE: &str = "Tollgate";
+/// Where one function's metric lines go: a namespace (none: nothing is written) and the value
+/// of the `Function` dimension. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    namespace: Option<std::sync::Arc<str>>,
+    function: std::sync::Arc<str>,
+}
 
 /// A countable event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,61 +60,71 @@ impl Event<'_> {
     }
 }
 
-/// The EMF line for one event (exposed for tests).
-pub fn line(function: &str, event: Event<'_>, now_ms: u64) -> String {
-    let mut dimensions = vec!["Function"];
-    let mut root = Map::new();
-    root.insert("Function".into(), Value::from(function));
-    if let Event::RateLimited { layer } = event {
-        dimensions.push("Layer");
-        root.insert("Layer".into(), Value::from(layer));
-    }
-    root.insert(event.name().into(), Value::from(1));
-    root.insert(
-        "_aws".into(),
-        json!({
-            "Timestamp": now_ms,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [dimensions],
-                "Metrics": [{"Name": event.name(), "Unit": "Count"}]
-            }]
-        }),
-    );
-    Value::Object(root).to_string()
-}
-
-/// Writes one event to stdout.
-pub fn emit(function: &str, event: Event<'_>) {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    println!("{}", line(function, event, now_ms));
-}
-
-/// Records what a request came to: one line for the outcome, and one more for a 5xx.
-pub fn record<E: ClientError>(function: &str, result: &Result<Response<Body>, E>) {
-    match result {
-        Ok(r) if r.headers().contains_key(REPLAYED_HEADER) => {
-            emit(function, Event::IdempotentReplay)
+impl Metrics {
+    /// Lines in `namespace` (none: the metrics are off) with `Function` = `function`.
+    pub fn new(namespace: Option<&str>, function: &str) -> Self {
+        Self {
+            namespace: namespace.map(Into::into),
+            function: function.into(),
         }
-        Ok(r) if r.status().is_success() => emit(function, Event::Admitted),
-        Ok(r) if r.status().is_server_error() => emit(function, Event::Status5xx),
-        Ok(_) => {}
-        Err(e) => {
-            match e.as_api_error() {
-                Some(ApiError::RateLimited(d)) => emit(
-                    function,
-                    Event::RateLimited {
-                        layer: d.limit.layer().as_str(),
-                    },
-                ),
-                Some(ApiError::ServiceDisabled { .. }) => emit(function, Event::KillSwitchDenied),
-                _ => {}
+    }
+
+    /// The EMF line for one event at `now_ms`; `None` when the metrics are off.
+    pub fn line(&self, event: Event<'_>, now_ms: u64) -> Option<String> {
+        let namespace = self.namespace.as_deref()?;
+        let mut dimensions = vec!["Function"];
+        let mut root = Map::new();
+        root.insert("Function".into(), Value::from(&*self.function));
+        if let Event::RateLimited { layer } = event {
+            dimensions.push("Layer");
+            root.insert("Layer".into(), Value::from(layer));
+        }
+        root.insert(event.name().into(), Value::from(1));
+        root.insert(
+            "_aws".into(),
+            json!({
+                "Timestamp": now_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": namespace,
+                    "Dimensions": [dimensions],
+                    "Metrics": [{"Name": event.name(), "Unit": "Count"}]
+                }]
+            }),
+        );
+        Some(Value::Object(root).to_string())
+    }
+
+    /// Writes one event to stdout (Lambda ships it to CloudWatch Logs).
+    pub fn emit(&self, event: Event<'_>) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        if let Some(line) = self.line(event, now_ms) {
+            println!("{line}");
+        }
+    }
+
+    /// Records what a request came to: one line for the outcome, and one more for a 5xx.
+    pub fn record<E: ClientError>(&self, result: &Result<Response<Body>, E>) {
+        match result {
+            Ok(r) if r.headers().contains_key(REPLAYED_HEADER) => {
+                self.emit(Event::IdempotentReplay)
             }
-            if e.status().is_server_error() {
-                emit(function, Event::Status5xx);
+            Ok(r) if r.status().is_success() => self.emit(Event::Admitted),
+            Ok(r) if r.status().is_server_error() => self.emit(Event::Status5xx),
+            Ok(_) => {}
+            Err(e) => {
+                match e.as_api_error() {
+                    Some(ApiError::RateLimited(d)) => self.emit(Event::RateLimited {
+                        layer: d.limit.layer().as_str(),
+                    }),
+                    Some(ApiError::ServiceDisabled { .. }) => self.emit(Event::KillSwitchDenied),
+                    _ => {}
+                }
+                if e.status().is_server_error() {
+                    self.emit(Event::Status5xx);
+                }
             }
         }
     }
@@ -118,19 +134,25 @@ pub fn record<E: ClientError>(function: &str, result: &Result<Response<Body>, E>
 mod tests {
     use super::*;
 
+    fn line(function: &str, event: Event<'_>, now_ms: u64) -> String {
+        Metrics::new(Some("Guards"), function)
+            .line(event, now_ms)
+            .expect("a namespace is set")
+    }
+
     #[test]
     fn a_rate_limit_line_has_the_layer_dimension() {
         let v: Value = serde_json::from_str(&line(
-            crate::catalog::TRANSFER.name,
+            "transfer",
             Event::RateLimited { layer: "global" },
             42,
         ))
         .unwrap();
-        assert_eq!(v["Function"], crate::catalog::TRANSFER.name);
+        assert_eq!(v["Function"], "transfer");
         assert_eq!(v["Layer"], "global");
         assert_eq!(v["RateLimited"], 1);
         let m = &v["_aws"]["CloudWatchMetrics"][0];
-        assert_eq!(m["Namespace"], "Tollgate");
+        assert_eq!(m["Namespace"], "Guards");
         assert_eq!(m["Dimensions"], json!([["Function", "Layer"]]));
         assert_eq!(m["Metrics"][0]["Name"], "RateLimited");
         assert_eq!(v["_aws"]["Timestamp"], 42);
@@ -138,12 +160,7 @@ mod tests {
 
     #[test]
     fn other_events_have_the_function_only() {
-        let v: Value = serde_json::from_str(&line(
-            crate::catalog::EPHEMERAL_KEY.name,
-            Event::Cooldown,
-            1,
-        ))
-        .unwrap();
+        let v: Value = serde_json::from_str(&line("ephemeral-key", Event::Cooldown, 1)).unwrap();
         assert_eq!(
             v["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
             json!([["Function"]])
@@ -153,16 +170,17 @@ mod tests {
 
     #[test]
     fn a_refused_key_is_its_own_metric() {
-        let v: Value = serde_json::from_str(&line(
-            crate::catalog::EPHEMERAL_KEY.name,
-            Event::UpstreamKeyRefused,
-            1,
-        ))
-        .unwrap();
+        let v: Value =
+            serde_json::from_str(&line("ephemeral-key", Event::UpstreamKeyRefused, 1)).unwrap();
         assert_eq!(v["UpstreamKeyRefused"], 1);
         assert_eq!(
             v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"],
             "UpstreamKeyRefused"
         );
+    }
+
+    #[test]
+    fn without_a_namespace_nothing_is_written() {
+        assert_eq!(Metrics::new(None, "f").line(Event::Admitted, 1), None);
     }
 }

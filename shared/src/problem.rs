@@ -394,13 +394,6 @@ impl From<crate::idempotency::IdempotencyError> for ApiError {
     }
 }
 
-impl From<crate::clients::ClientStoreError> for ApiError {
-    fn from(e: crate::clients::ClientStoreError) -> Self {
-        tracing::error!(error = %e, source = ?std::error::Error::source(&e), "clients table failed");
-        ApiError::Unavailable { retry_after: 1 }
-    }
-}
-
 impl From<LimiterError> for ApiError {
     fn from(e: LimiterError) -> Self {
         tracing::error!(error = %e, source = ?std::error::Error::source(&e), "rate-limit store failed; refusing the request");

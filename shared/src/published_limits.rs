@@ -18,7 +18,7 @@
 //!   long an operator's reset takes to reach it;
 //! - `published_at`: when it was written, in seconds.
 //!
-//! Every process writes it once, when it starts ([`crate::serve::run`] spawns the write, so no
+//! Every process writes it once, when it starts (its entry point spawns the write, so no
 //! request waits for it, and a failure is only logged: the guards never depend on it). It
 //! therefore describes the process that started last. While two configurations run at once
 //! (during a deploy that changes the limits), the item names whichever started last; a
@@ -38,9 +38,8 @@ const SPEC: &str = "spec";
 const BLOCK_CACHE_SECONDS: &str = "block_cache_seconds";
 const PUBLISHED_AT: &str = "published_at";
 
-/// The control table's key for `function`'s published limits. Public because the deploy
-/// template grants the transfer function `PutItem` on this one key only (and its tests check
-/// that the grant names it).
+/// The control table's key for `function`'s published limits. Public so that a deployment can
+/// grant a function `PutItem` on this one key only (an IAM `dynamodb:LeadingKeys` condition).
 pub fn key(function: &str) -> String {
     format!("limits#{function}")
 }

@@ -3,7 +3,7 @@
 //! each pick their own limits; how they reach the functions and the report is written here.
 
 use serde::Serialize;
-use tollgate::catalog;
+use tollgate_functions::catalog;
 
 /// `ephemeral-key`'s and `transfer`'s limits, with the variables that carry them (for the
 /// report's prose: `{{ limits.session_variable }}={{ limits.session }}`).

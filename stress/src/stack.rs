@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use secrecy::ExposeSecret;
-use tollgate::catalog;
 use tollgate::clock::SystemClock;
 use tollgate::config::Env;
-use tollgate::serve::Function as _;
+use tollgate_functions::catalog;
+use tollgate_functions::serve::Function as _;
 use tollgate_tests::dynamo::{self, Tables};
 use tollgate_tests::fault_proxy::FaultProxy;
 use tollgate_tests::openai::{Answer, OpenAiStandIn};

@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use tollgate::catalog;
+use tollgate_functions::catalog;
 use tollgate_tests::cli_args;
 
 use crate::kill_switch::session_until;

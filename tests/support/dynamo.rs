@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use tollgate::catalog;
+use tollgate_functions::catalog;
 use tollgate_template::{self as template, TableDef};
 
 use crate::capacity::CapacityMeter;

@@ -18,7 +18,7 @@ pub fn settings(tables: &Tables, limits: &str, extra: &[(&str, &str)]) -> GuardS
     }
     GuardSettings::from_env(
         &env,
-        tollgate::catalog::EPHEMERAL_KEY.name,
+        tollgate_functions::catalog::EPHEMERAL_KEY.name,
         "TEST_RATE_LIMITS",
         limits,
     )

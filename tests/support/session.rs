@@ -2,10 +2,10 @@
 
 use ephemeral_key::App;
 use lambda_http::{Body, Request, Response};
-use tollgate::catalog;
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
-use tollgate::serve::Function;
+use tollgate_functions::catalog;
+use tollgate_functions::serve::Function;
 
 use crate::counting::RequestCounter;
 use crate::dynamo::{self, Tables};

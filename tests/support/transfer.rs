@@ -2,10 +2,10 @@
 
 use lambda_http::{Body, Request, Response};
 use secrecy::ExposeSecret;
-use tollgate::catalog;
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
-use tollgate::serve::Function;
+use tollgate_functions::catalog;
+use tollgate_functions::serve::Function;
 use transfer::App;
 
 use crate::counting::RequestCounter;

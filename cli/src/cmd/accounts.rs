@@ -17,7 +17,7 @@ use transfer::ledger::{Account, AccountError, Ledger};
 use super::{amount, Deps};
 use crate::error::CliError;
 use crate::output::Reply;
-use tollgate::catalog;
+use tollgate_functions::catalog;
 
 /// Currency when neither `--currency` nor `DEFAULT_CURRENCY` is given (the function's default).
 const DEFAULT_CURRENCY: &str = "JPY";
@@ -87,7 +87,7 @@ pub(crate) async fn run(command: &Command, deps: &Deps<'_>) -> Result<Reply, Cli
                 )));
             }
             let clients_table = catalog::CLIENTS.resolve(deps.env);
-            let clients = tollgate::clients::ClientStore::new(
+            let clients = tollgate_functions::clients::ClientStore::new(
                 deps.ddb.clone(),
                 &clients_table,
                 deps.clock.clone(),

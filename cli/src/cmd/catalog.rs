@@ -2,7 +2,7 @@
 //!
 //! xtask cannot link the library (it stays free of the AWS SDK), yet it starts the functions,
 //! sets their limits and names them in reports. Instead of keeping its own copies it asks this
-//! command. `--json` prints [`tollgate::catalog::Catalog`] as one object:
+//! command. `--json` prints [`tollgate_functions::catalog::Catalog`] as one object:
 //!
 //! ```json
 //! {"functions": [{"name": "ephemeral-key", "route": "POST /session",
@@ -14,7 +14,7 @@
 //!
 //! It reads no stack and no DynamoDB: these are facts of the build, not of a deployment.
 
-use tollgate::catalog::CATALOG;
+use tollgate_functions::catalog::CATALOG;
 
 use crate::output::Reply;
 

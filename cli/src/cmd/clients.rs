@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use secrecy::ExposeSecret;
-use tollgate::clients::ClientStore;
+use tollgate_functions::clients::ClientStore;
 
 use super::Deps;
 use crate::error::CliError;
 use crate::output::Reply;
-use tollgate::catalog;
+use tollgate_functions::catalog;
 
 /// Longest client name accepted (a label for people, not an identifier).
 const MAX_NAME_CHARS: usize = 100;

@@ -19,7 +19,7 @@ use tollgate::idempotency::{IdempotencyKey, IdempotencyStore, Record, RecordStat
 use super::{client_addr, rfc3339, Deps};
 use crate::error::CliError;
 use crate::output::Reply;
-use tollgate::catalog::{self, Function};
+use tollgate_functions::catalog::{self, Function};
 
 /// The functions whose routes store records, and whether the caller is an address.
 const ROUTES: &[(Function, Caller)] = &[

@@ -12,7 +12,7 @@ use tollgate::kill_switch::{KillSwitch, SetError, SwitchState, MAX_MESSAGE_CHARS
 use super::{function, Deps};
 use crate::error::CliError;
 use crate::output::Reply;
-use tollgate::catalog;
+use tollgate_functions::catalog;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {

@@ -39,7 +39,7 @@ use tollgate::ratelimit::{
 use super::{client_addr, function, rfc3339, Deps};
 use crate::error::{chain, CliError};
 use crate::output::Reply;
-use tollgate::catalog::{self, Function};
+use tollgate_functions::catalog::{self, Function};
 
 #[derive(Debug, Subcommand)]
 pub enum Command {

@@ -34,11 +34,13 @@ pub(crate) struct Deps<'a> {
 }
 
 /// The function called `name`: one a kill switch and limits exist for.
-pub(crate) fn function(name: &str) -> Result<&'static tollgate::catalog::Function, CliError> {
-    tollgate::catalog::function(name).ok_or_else(|| {
+pub(crate) fn function(
+    name: &str,
+) -> Result<&'static tollgate_functions::catalog::Function, CliError> {
+    tollgate_functions::catalog::function(name).ok_or_else(|| {
         CliError::new(format!(
             "unknown function {name:?} (expected one of: {})",
-            tollgate::catalog::function_names()
+            tollgate_functions::catalog::function_names()
         ))
     })
 }
@@ -120,7 +122,10 @@ mod tests {
 
     #[test]
     fn functions_are_the_kill_switch_list() {
-        assert_eq!(function("transfer").unwrap(), &tollgate::catalog::TRANSFER);
+        assert_eq!(
+            function("transfer").unwrap(),
+            &tollgate_functions::catalog::TRANSFER
+        );
         let err = function("transferr").unwrap_err();
         assert!(err.message().contains("ephemeral-key, transfer"), "{err}");
     }

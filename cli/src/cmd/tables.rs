@@ -1,7 +1,7 @@
 //! `tollgate tables create [--template PATH]`: the template's DynamoDB tables, in DynamoDB Local.
 //!
 //! Definitions come from `template.yaml` ([`tollgate_template`]), names from the variables the
-//! catalog gives each table ([`tollgate::catalog`]). Tables that exist are left alone and reported (their
+//! catalog gives each table ([`tollgate_functions::catalog`]). Tables that exist are left alone and reported (their
 //! key schema is checked against the template). Every table is known by name before any is
 //! created, so a template with a table the CLI cannot name changes nothing.
 //!
@@ -15,7 +15,7 @@ use clap::Subcommand;
 use super::Deps;
 use crate::error::CliError;
 use crate::output::Reply;
-use tollgate::catalog;
+use tollgate_functions::catalog;
 use tollgate_template::{self as template, Outcome};
 
 /// The template's file name, looked for in the working directory and its parents.

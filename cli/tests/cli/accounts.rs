@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use secrecy::SecretString;
-use tollgate::clients::{token_hash, ClientStore};
+use tollgate_functions::clients::{token_hash, ClientStore};
 
 use crate::harness::{keys, shared, TestCli};
 

@@ -1,9 +1,9 @@
 //! `tollgate catalog --json`: the catalog as one object a serde struct reads, with no stack.
 
 use serde::Deserialize;
-use tollgate::catalog;
 use tollgate::config::Env;
 use tollgate_cli::Context;
+use tollgate_functions::catalog;
 
 use crate::harness::single_object;
 

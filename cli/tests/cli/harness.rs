@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 use serde_json::Value;
-use tollgate::catalog::{Table, TABLES};
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
 use tollgate_cli::{Context, Output};
+use tollgate_functions::catalog::{Table, TABLES};
 use tollgate_template::{self as template, TableDef};
 use tollgate_tests::{dynamo, manual_clock};
 

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use tollgate::catalog;
 use tollgate::kill_switch::{KillSwitch, KillSwitchError, DEFAULT_MESSAGE};
+use tollgate_functions::catalog;
 
 use crate::harness::{keys, shared, TestCli};
 

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use tollgate::catalog;
 use tollgate::client_addr::ClientAddr;
 use tollgate::published_limits::LimitsRecord;
 use tollgate::ratelimit::{Admission, Layer, LimitCheck, RateLimiter, RateLimits};
-use tollgate::serve::Function;
+use tollgate_functions::catalog;
+use tollgate_functions::serve::Function;
 use tollgate_tests::cli_args;
 
 use crate::harness::{keys, shared, TestCli};
@@ -37,7 +37,7 @@ async fn count_session_requests(cli: &TestCli, limits: &RateLimits, ip: &str, n:
     let limiter = RateLimiter::new(
         cli.ddb.clone(),
         cli.table("RateLimitTable"),
-        tollgate::catalog::EPHEMERAL_KEY.name,
+        tollgate_functions::catalog::EPHEMERAL_KEY.name,
         shared(&cli.clock),
     );
     let key = ClientAddr::from_ip(ip.parse().unwrap()).to_string();

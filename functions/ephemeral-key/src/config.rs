@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use tollgate::catalog;
 use tollgate::config::{ConfigError, Env, SecretSource};
+use tollgate_functions::catalog;
 
 /// Settings beyond the shared guards.
 #[derive(Debug, Clone)]
@@ -19,6 +19,9 @@ pub struct SessionSettings {
     pub expires_after: Duration,
     /// Longest wait for the upstream's answer.
     pub upstream_timeout: Duration,
+    /// Pause after a failing upstream before it is asked again (`UPSTREAM_COOLDOWN_SECONDS`),
+    /// or the upstream's own `Retry-After` when that is longer.
+    pub upstream_cooldown: Duration,
     /// Pause after the upstream refused the API key even as freshly read from SSM
     /// (`UPSTREAM_AUTH_COOLDOWN_SECONDS`). Longer than the upstream cooldown: a refused key
     /// heals only when an operator replaces it, and each probe costs an upstream call and an
@@ -84,6 +87,7 @@ impl SessionSettings {
             voices,
             expires_after,
             upstream_timeout: env.seconds_or("UPSTREAM_TIMEOUT_SECONDS", 5, 1)?,
+            upstream_cooldown: env.seconds_or("UPSTREAM_COOLDOWN_SECONDS", 5, 1)?,
             auth_cooldown: env.seconds_or("UPSTREAM_AUTH_COOLDOWN_SECONDS", 60, 1)?,
             idempotency_table: catalog::SESSION_IDEMPOTENCY.resolve_for_function(env),
             idempotency_ttl: env.seconds_or("IDEMPOTENCY_TTL_SECONDS", 86_400, 60)?,

@@ -8,12 +8,12 @@
 use http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Deserialize;
-use tollgate::catalog;
 use tollgate::gate::{Caller, Gate};
 use tollgate::http::json_response;
 use tollgate::kill_switch::{SetError, MAX_MESSAGE_CHARS};
 use tollgate::ratelimit::{Admission, Layer};
 use tollgate::ApiError;
+use tollgate_functions::catalog;
 
 /// What `/internal/kill-switch` serves.
 pub const METHODS: &str = "GET, PUT";

@@ -6,10 +6,10 @@
 //! - `GET|PUT /internal/kill-switch` — operator view and flip; `X-Internal-Token` required.
 //!
 //! A CORS preflight from a listed origin gets its 204 before any guard
-//! (`tollgate::serve::Function::handle`).
+//! (`tollgate_functions::serve::Function::handle`).
 //!
 //! Its names (function, limits variable, idempotency route, table) are the catalog's
-//! ([`tollgate::catalog::EPHEMERAL_KEY`]); the provider's 503s are [`SessionError`], rendered by
+//! ([`tollgate_functions::catalog::EPHEMERAL_KEY`]); the provider's 503s are [`SessionError`], rendered by
 //! the shared `ClientError`.
 
 pub mod config;
@@ -19,14 +19,14 @@ pub mod session;
 pub mod upstream;
 
 use lambda_http::{Body, Request, Response};
-use tollgate::catalog;
 use tollgate::config::ConfigError;
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
 use tollgate::idempotency::AbsentKeys;
 use tollgate::ratelimit::{Admission, Layer};
-use tollgate::serve::Parts;
 use tollgate::ApiError;
+use tollgate_functions::catalog;
+use tollgate_functions::serve::Parts;
 
 pub use crate::error::SessionError;
 
@@ -46,7 +46,7 @@ pub struct App {
     pub sessions: Sessions,
 }
 
-impl tollgate::serve::Function for App {
+impl tollgate_functions::serve::Function for App {
     const FUNCTION: &'static catalog::Function = FUNCTION;
     type Error = SessionError;
 
@@ -128,7 +128,7 @@ mod tests {
 
     use tollgate::clock::ManualClock;
     use tollgate::config::Env;
-    use tollgate::serve::Function;
+    use tollgate_functions::serve::Function;
 
     use super::*;
 

@@ -107,7 +107,7 @@ impl Sessions {
                 return Ok(stored.replay());
             }
         }
-        self.cooling_down()?;
+        self.cooling_down(gate)?;
         let layers: &[(Layer, &str)] = match parsed {
             Ok(_) => &[(Layer::Ip, &ip), (Layer::Global, "")],
             Err(_) => &[(Layer::Ip, &ip)],
@@ -201,7 +201,7 @@ impl Sessions {
     }
 
     /// 503 while a cooldown runs: the upstream failing, or refusing our API key.
-    fn cooling_down(&self) -> Result<(), SessionError> {
+    fn cooling_down(&self, gate: &Gate) -> Result<(), SessionError> {
         let waits = [
             (UPSTREAM, "upstream_cooldown"),
             (UPSTREAM_KEY, "upstream_key_cooldown"),
@@ -211,7 +211,7 @@ impl Sessions {
         match waits.max() {
             Some((retry_after, layer)) => {
                 tracing::info!(decision = "rejected", layer, "upstream cooling down");
-                tollgate::metrics::emit(crate::FUNCTION.name, tollgate::metrics::Event::Cooldown);
+                gate.metrics().emit(tollgate::metrics::Event::Cooldown);
                 Err(SessionError::Upstream { retry_after })
             }
             None => Ok(()),
@@ -344,10 +344,8 @@ impl Sessions {
                     retry_after,
                     "OpenAI refused the API key, also as just read from the secret store: put a valid OpenAI API key into the SSM parameter named by OPENAI_API_KEY_PARAM; until then POST /session answers 503 and tries the key again once per UPSTREAM_AUTH_COOLDOWN_SECONDS"
                 );
-                tollgate::metrics::emit(
-                    crate::FUNCTION.name,
-                    tollgate::metrics::Event::UpstreamKeyRefused,
-                );
+                gate.metrics()
+                    .emit(tollgate::metrics::Event::UpstreamKeyRefused);
                 Err(SessionError::Upstream { retry_after })
             }
             Err(e) => {
@@ -355,13 +353,11 @@ impl Sessions {
                     .retry_after()
                     .map(std::time::Duration::from_secs)
                     .unwrap_or_default()
-                    .max(gate.settings().upstream_cooldown);
+                    .max(self.settings.upstream_cooldown);
                 let retry_after = self.cooldown.start(UPSTREAM, pause);
                 tracing::warn!(error = %e, retry_after, "upstream failed; cooling down");
-                tollgate::metrics::emit(
-                    crate::FUNCTION.name,
-                    tollgate::metrics::Event::UpstreamFailure,
-                );
+                gate.metrics()
+                    .emit(tollgate::metrics::Event::UpstreamFailure);
                 Err(SessionError::Upstream { retry_after })
             }
         }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use tollgate::catalog;
 use tollgate::config::{ConfigError, Env};
+use tollgate_functions::catalog;
 
 /// The largest amount a transfer may ever move: 2^53 - 1. Idempotency fingerprints are SHA-256
 /// over the RFC 8785 canonical body, and RFC 8785 writes numbers as IEEE doubles, which hold

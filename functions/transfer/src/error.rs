@@ -85,7 +85,7 @@ impl ClientError for TransferError {
 }
 
 tollgate::lift_api_errors!(TransferError:
-    tollgate::clients::ClientStoreError,
+    tollgate_functions::clients::ClientStoreError,
     tollgate::idempotency::KeyError,
     tollgate::idempotency::IdempotencyError,
     crate::domain::InvalidTransfer,

@@ -8,10 +8,10 @@
 //! Every route runs, in order: kill switch, client address, `ip` layer, authentication
 //! (`Authorization: Bearer`; failures are already counted by the `ip` layer), `client` and
 //! `global` layers on the verified client id, then its own validation and work. A CORS preflight
-//! from a listed origin gets its 204 before all of them (`tollgate::serve::Function::handle`).
+//! from a listed origin gets its 204 before all of them (`tollgate_functions::serve::Function::handle`).
 //!
 //! Its names (function, limits variable, idempotency route, tables) are the catalog's
-//! ([`tollgate::catalog::TRANSFER`]); what only it answers (`insufficient_funds`,
+//! ([`tollgate_functions::catalog::TRANSFER`]); what only it answers (`insufficient_funds`,
 //! `account_not_found`, ...) is [`TransferError`], rendered by the shared `ClientError`.
 
 pub mod config;
@@ -22,15 +22,15 @@ pub mod ledger;
 use http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde::Serialize;
-use tollgate::catalog;
-use tollgate::clients::{bearer_token, ClientStore};
 use tollgate::config::ConfigError;
 use tollgate::gate::Gate;
 use tollgate::http::json_response;
 use tollgate::idempotency::{fingerprint, IdempotencyKey, KeyError, Scope};
 use tollgate::ratelimit::{Admission, Layer};
-use tollgate::serve::Parts;
 use tollgate::ApiError;
+use tollgate_functions::catalog;
+use tollgate_functions::clients::{bearer_token, ClientStore};
+use tollgate_functions::serve::Parts;
 
 pub use crate::error::TransferError;
 
@@ -56,7 +56,7 @@ enum Route<'a> {
     Account(&'a str),
 }
 
-impl tollgate::serve::Function for App {
+impl tollgate_functions::serve::Function for App {
     const FUNCTION: &'static catalog::Function = FUNCTION;
     type Error = TransferError;
 

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    tollgate::serve::run::<transfer::App>().await
+    tollgate_functions::serve::run::<transfer::App>().await
 }

@@ -84,6 +84,18 @@ impl Admission {
         self.counted.len()
     }
 
+    /// Takes over what `other` counted, so one request's units (counted by several checks, in
+    /// several layers of a service stack) can be given back together.
+    pub fn absorb(&mut self, other: Admission) {
+        for held in other.counted {
+            self.note(held.decision);
+            self.counted.push(held);
+        }
+        if let Some(d) = other.tightest {
+            self.note(d);
+        }
+    }
+
     fn note(&mut self, decision: Decision) {
         if self.tightest.is_none_or(|t| decision.is_tighter_than(&t)) {
             self.tightest = Some(decision);

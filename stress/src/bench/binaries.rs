@@ -24,8 +24,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::Serialize;
-use tollgate::catalog;
 use tollgate::ids::random_hex;
+use tollgate_functions::catalog;
 use tollgate_tests::events::Event;
 
 use super::stats::{ms, quantile, Quantiles};

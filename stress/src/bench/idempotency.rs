@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use tollgate::clock::{SharedClock, SystemClock};
 use tollgate::config::Env;
 use tollgate::idempotency::{fingerprint, IdempotencyKey, Scope, DEFAULT_REPLAY_CACHE_SIZE};
-use tollgate::serve::{Function, REPLAY_CACHE_SIZE_VAR};
+use tollgate_functions::serve::{Function, REPLAY_CACHE_SIZE_VAR};
 use tollgate_tests::capacity::{CapacityMeter, OpCapacity};
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo::{self, Tables};

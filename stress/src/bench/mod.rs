@@ -190,8 +190,8 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
     let bin_dir = global.bin_dir()?;
     let bins = binaries::Binaries {
         dir: bin_dir.clone(),
-        ephemeral_key: bin_dir.join(tollgate::catalog::EPHEMERAL_KEY.name),
-        transfer: bin_dir.join(tollgate::catalog::TRANSFER.name),
+        ephemeral_key: bin_dir.join(tollgate_functions::catalog::EPHEMERAL_KEY.name),
+        transfer: bin_dir.join(tollgate_functions::catalog::TRANSFER.name),
         profile: o.functions_profile().into(),
     };
     if parts.contains(&3) {

@@ -12,7 +12,7 @@ use secrecy::ExposeSecret;
 use serde::Serialize;
 use tollgate::clock::SystemClock;
 use tollgate::config::Env;
-use tollgate::serve::Function as _;
+use tollgate_functions::serve::Function as _;
 
 use super::check;
 use super::plan::{Generator, Population, Rng};

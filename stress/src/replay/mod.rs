@@ -88,7 +88,7 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
         // Out of the day's way, but a sliding `client` layer with a short window that the
         // sequences fill and cross (`sequences::limits`).
         env: vec![(
-            tollgate::catalog::TRANSFER.limits_variable.into(),
+            tollgate_functions::catalog::TRANSFER.limits_variable.into(),
             sequences::limits(),
         )],
         name: "replay",

@@ -206,7 +206,7 @@ fn function_policies_grant_exactly_the_documented_actions() {
 #[test]
 fn transfer_writes_only_its_own_published_limits_to_the_control_table() {
     let template = Template::load();
-    let own_key = tollgate::published_limits::key(tollgate::catalog::TRANSFER.name);
+    let own_key = tollgate::published_limits::key(tollgate_functions::catalog::TRANSFER.name);
     let writes: Vec<&Value> = statements(&template, TRANSFER_FUNCTION)
         .into_iter()
         .filter(|st| {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_http::{Body, Response};
-use tollgate::catalog;
 use tollgate::config::Env;
 use tollgate::cors::{ALLOWED_HEADERS, EXPOSED_HEADERS};
 use tollgate::kill_switch::KillSwitch;
-use tollgate::serve::Function;
+use tollgate_functions::catalog;
+use tollgate_functions::serve::Function;
 use tollgate_tests::dynamo;
 use tollgate_tests::events::Event;
 use tollgate_tests::openai::Answer;

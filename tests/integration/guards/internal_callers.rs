@@ -2,10 +2,10 @@
 //! failures that escaped the limit), through the guard pipeline and the internal routes.
 
 use ephemeral_key::App;
-use tollgate::catalog;
 use tollgate::config::Env;
 use tollgate::gate::Gate;
-use tollgate::serve::Function;
+use tollgate_functions::catalog;
+use tollgate_functions::serve::Function;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
 use tollgate_tests::events::Event;
 use tollgate_tests::pipeline::{guarded, settings};

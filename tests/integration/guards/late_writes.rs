@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use tollgate::catalog;
 use tollgate::clock::ManualClock;
 use tollgate::ratelimit::{Admission, LimitCheck, RateLimit, RateLimiter, Verdict};
+use tollgate_functions::catalog;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
 use tollgate_tests::fault_proxy::FaultProxy;
 use tollgate_tests::{manual_clock, T0_MS};

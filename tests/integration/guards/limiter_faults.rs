@@ -1,8 +1,8 @@
 //! The limiter's writes when DynamoDB fails or loses an answer (through the fault proxy).
 
-use tollgate::catalog;
 use tollgate::gate::Gate;
 use tollgate::ratelimit::{Admission, LimitCheck, RateLimit, RateLimiter, Verdict};
+use tollgate_functions::catalog;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
 use tollgate_tests::events::Event;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};

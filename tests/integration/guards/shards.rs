@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use tollgate::catalog;
 use tollgate::ratelimit::{Admission, LimitCheck, RateLimit, RateLimiter, Verdict, SHARD_TRIES};
+use tollgate_functions::catalog;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
 use tollgate_tests::manual_clock;
 

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use tollgate::catalog;
 use tollgate::clock::Clock;
 use tollgate::clock::ManualClock;
 use tollgate::ratelimit::{Admission, Decision, LimitCheck, RateLimit, RateLimiter, Verdict};
+use tollgate_functions::catalog;
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
 use tollgate_tests::events::Event;

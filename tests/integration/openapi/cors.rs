@@ -2,7 +2,7 @@
 //! origin (204) and from one not listed (405), and ordinary answers to a listed origin, whose
 //! CORS headers the document describes once for all responses.
 
-use tollgate::catalog;
+use tollgate_functions::catalog;
 use tollgate_tests::events::Event;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};
 use tollgate_tests::transfer::TransferHarness;

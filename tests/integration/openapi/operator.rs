@@ -1,7 +1,7 @@
 //! The operator's `GET|PUT /internal/kill-switch` responses, checked against the document.
 
 use serde_json::json;
-use tollgate::catalog;
+use tollgate_functions::catalog;
 use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tollgate::catalog;
 use tollgate::kill_switch::KillSwitch;
+use tollgate_functions::catalog;
 use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::openai::Answer;

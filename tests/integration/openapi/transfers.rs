@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tollgate::catalog;
 use tollgate::idempotency::{fingerprint, Claim, IdempotencyKey, Scope};
 use tollgate::kill_switch::KillSwitch;
+use tollgate_functions::catalog;
 use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::transfer::{TestClient, TransferHarness};

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tollgate::catalog;
 use tollgate::clock::Clock;
 use tollgate::idempotency::{fingerprint, Claim, IdempotencyKey, Scope};
 use tollgate::kill_switch::KillSwitch;
+use tollgate_functions::catalog;
 use tollgate_tests::events::Event;
 use tollgate_tests::json_body;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
-use tollgate::catalog;
+use tollgate_functions::catalog;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 use tollgate_tests::transfer::{TestClient, TransferHarness};
 use tollgate_tests::{dynamo, json_body, manual_clock, TickingClock};

@@ -1,6 +1,6 @@
 //! Refusals the contract stores under the key and replays.
 
-use tollgate::catalog;
+use tollgate_functions::catalog;
 use tollgate_tests::json_body;
 use tollgate_tests::transfer::TransferHarness;
 

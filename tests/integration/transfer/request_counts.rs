@@ -1,6 +1,6 @@
 //! DynamoDB requests per transfer, counted by an SDK interceptor.
 
-use tollgate::catalog;
+use tollgate_functions::catalog;
 use tollgate_tests::transfer::TransferHarness;
 
 #[tokio::test]
@@ -69,7 +69,7 @@ async fn the_replay_cache_answers_like_the_store_and_not_past_expiry() {
     let mut env = tollgate::config::Env::from_pairs(cached.tables.env_pairs());
     env.set("IDEMPOTENCY_CACHE_SIZE", "0");
     let (_, clock) = tollgate_tests::manual_clock();
-    use tollgate::serve::Function;
+    use tollgate_functions::serve::Function;
     let uncached = transfer::App::from_env(&env, ddb, None, clock).unwrap();
     let from_store = uncached.handle(cached.post(&alice, "k-1", &body)).await;
 

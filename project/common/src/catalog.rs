@@ -1,19 +1,12 @@
-//! The project's names, each written once: the `tollgate-catalog` crate (`shared/catalog`),
-//! re-exported, with [`Env`] as the place its variables are read from.
+//! The project's names, each written once: the `tollgate-catalog` crate (`project/catalog`),
+//! re-exported, read from [`tollgate::config::Env`] (its `env` feature).
 
 pub use tollgate_catalog::*;
-
-use crate::config::Env;
-
-impl Vars for Env {
-    fn var(&self, key: &str) -> Option<&str> {
-        self.get(key)
-    }
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate::config::Env;
 
     #[test]
     fn names_and_variables_are_unique() {

@@ -1,5 +1,5 @@
 //! The Lambda entry point both functions share: read configuration, build clients once, publish
-//! the limits for the operator's CLI ([`crate::published_limits`]), serve;
+//! the limits for the operator's CLI ([`tollgate::published_limits`]), serve;
 //! and the one request lifecycle both follow ([`Function::handle`]).
 
 use std::future::Future;
@@ -9,14 +9,15 @@ use std::time::Duration;
 use lambda_http::{service_fn, Body, Error, Request, Response};
 use tracing::Instrument;
 
+use tollgate::clock::{SharedClock, SystemClock};
+use tollgate::config::{ConfigError, Env};
+use tollgate::gate::Gate;
+use tollgate::http::{finish, request_id, respond, route_path};
+use tollgate::idempotency::{IdempotencyStore, DEFAULT_REPLAY_CACHE_SIZE};
+use tollgate::problem::{ApiError, ClientError};
+use tollgate::ratelimit::Admission;
+
 use crate::catalog;
-use crate::clock::{SharedClock, SystemClock};
-use crate::config::{ConfigError, Env, GuardSettings};
-use crate::gate::Gate;
-use crate::http::{finish, request_id, respond, route_path};
-use crate::idempotency::{IdempotencyStore, DEFAULT_REPLAY_CACHE_SIZE};
-use crate::problem::{ApiError, ClientError};
-use crate::ratelimit::Admission;
 
 /// A function: built once per process from its environment, then asked to handle requests.
 pub trait Function: Send + Sync + Sized + 'static {
@@ -39,7 +40,7 @@ pub trait Function: Send + Sync + Sized + 'static {
         ssm: Option<aws_sdk_ssm::Client>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let guard = GuardSettings::for_function(env, Self::FUNCTION)?;
+        let guard = crate::guard_settings(env, Self::FUNCTION)?;
         let gate = Gate::new(guard, ddb.clone(), ssm, clock.clone());
         Self::build(Parts {
             env,
@@ -76,7 +77,7 @@ pub trait Function: Send + Sync + Sized + 'static {
             let origin = settings.cors.listed_origin(req.headers());
             if let Some(origin) = &origin {
                 let methods = route_path(&req, &settings.base_path).and_then(Self::methods);
-                if let (true, Some(methods)) = (crate::cors::is_preflight(&req), methods) {
+                if let (true, Some(methods)) = (tollgate::cors::is_preflight(&req), methods) {
                     let preflight = settings.cors.preflight(origin.clone(), methods);
                     return finish(preflight, &request_id, None);
                 }
@@ -87,7 +88,7 @@ pub trait Function: Send + Sync + Sized + 'static {
                 .route(&req, &request_id, &mut admission)
                 .instrument(span)
                 .await;
-            crate::metrics::record(Self::FUNCTION.name, &result);
+            self.gate().metrics().record(&result);
             let mut response = respond(result, &request_id, Some(&admission));
             settings.cors.decorate(origin, &mut response);
             response
@@ -124,13 +125,13 @@ impl Parts<'_> {
 /// Runs `F` on the Lambda runtime. A bad configuration fails the cold start with a message
 /// naming the variable.
 pub async fn run<F: Function>() -> Result<(), Error> {
-    crate::telemetry::init();
+    tollgate::telemetry::init();
     let env = Env::from_process();
-    let sdk = crate::aws::load_config().await;
+    let sdk = tollgate::aws::load_config().await;
     let app = F::from_env(
         &env,
-        crate::aws::dynamodb(&sdk, &env),
-        Some(crate::aws::ssm(&sdk, &env)),
+        tollgate::aws::dynamodb(&sdk, &env),
+        Some(tollgate::aws::ssm(&sdk, &env)),
         Arc::new(SystemClock),
     )
     .inspect_err(|e| tracing::error!(error = %e, "bad configuration"))?;

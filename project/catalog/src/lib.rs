@@ -20,6 +20,15 @@ pub trait Vars {
     fn var(&self, key: &str) -> Option<&str>;
 }
 
+/// The functions read their settings from the guard crate's `Env`, where a blank value counts as
+/// unset: the catalog's variables are read the same way.
+#[cfg(feature = "env")]
+impl Vars for tollgate::config::Env {
+    fn var(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
 /// One DynamoDB table: the template resource, the variable naming it and its default name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Table {

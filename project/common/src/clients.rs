@@ -17,7 +17,8 @@ use aws_sdk_dynamodb::Client;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
-use crate::clock::{SharedClock, UnixMillis};
+use tollgate::clock::{SharedClock, UnixMillis};
+use tollgate::ApiError;
 
 /// Prefix that makes a Tollgate token recognisable in a secret scanner.
 pub const TOKEN_PREFIX: &str = "tg_";
@@ -30,6 +31,13 @@ pub struct ClientStoreError {
     operation: &'static str,
     #[source]
     source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl From<ClientStoreError> for ApiError {
+    fn from(e: ClientStoreError) -> Self {
+        tracing::error!(error = %e, source = ?std::error::Error::source(&e), "clients table failed");
+        ApiError::Unavailable { retry_after: 1 }
+    }
 }
 
 fn err(
@@ -85,8 +93,8 @@ impl ClientStore {
     /// authentication looks up) and `client#<id>` (what lets an operator check that an id
     /// exists, e.g. before opening an account for it).
     pub async fn create(&self, name: &str) -> Result<NewClient, ClientStoreError> {
-        let client_id = crate::ids::new_id("cl");
-        let token = format!("{TOKEN_PREFIX}{}", crate::ids::random_hex(32));
+        let client_id = tollgate::ids::new_id("cl");
+        let token = format!("{TOKEN_PREFIX}{}", tollgate::ids::random_hex(32));
         let created_at = AttributeValue::N((self.clock.now_ms() / 1000).to_string());
         let hash = token_hash(&token);
         let put = |pk: String, token_ref: Option<&str>| {

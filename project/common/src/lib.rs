@@ -1,0 +1,87 @@
+//! `tollgate-functions`: what this repository's two functions (`ephemeral-key`, `transfer`)
+//! share and no other user of the `tollgate` guard crate would.
+//!
+//! The guard crate knows no function, table, route or provider of this deployment; these do:
+//!
+//! - [`catalog`]: the functions, tables and limits variables, each named once (the
+//!   `tollgate-catalog` crate, read from [`tollgate::config::Env`]);
+//! - [`guard_settings`]: a function's guard settings with this deployment's defaults (its
+//!   tables' local names, its limits variable, the `Tollgate` metrics namespace);
+//! - [`clients`]: the transfer API's clients and their bearer tokens (the CLI creates them);
+//! - [`serve`]: the entry point both functions run.
+
+pub mod catalog;
+pub mod clients;
+pub mod serve;
+
+use tollgate::config::{
+    ConfigError, Env, GuardSettings, CONTROL_TABLE_VAR, METRICS_NAMESPACE_VAR, RATE_LIMIT_TABLE_VAR,
+};
+
+/// The CloudWatch namespace of this deployment's metrics (the template's alarms watch it).
+pub const METRICS_NAMESPACE: &str = "Tollgate";
+
+/// `function`'s guard settings from `env`, with this deployment's defaults for what the guard
+/// crate leaves unset: the shared tables' names (the local stack's, from the catalog), the
+/// function's own limits variable and default, and the metrics namespace.
+pub fn guard_settings(
+    env: &Env,
+    function: &catalog::Function,
+) -> Result<GuardSettings, ConfigError> {
+    GuardSettings::from_env(
+        &with_defaults(env),
+        function.name,
+        function.limits_variable,
+        function.default_limits,
+    )
+}
+
+/// `env` with this deployment's defaults added where a variable is unset.
+pub fn with_defaults(env: &Env) -> Env {
+    let mut env = env.clone();
+    let defaults = [
+        (
+            RATE_LIMIT_TABLE_VAR,
+            catalog::RATE_LIMITS.resolve_for_function(&env),
+        ),
+        (
+            CONTROL_TABLE_VAR,
+            catalog::CONTROL.resolve_for_function(&env),
+        ),
+        (METRICS_NAMESPACE_VAR, METRICS_NAMESPACE.to_string()),
+    ];
+    for (var, default) in defaults {
+        if env.get(var).is_none() {
+            env.set(var, default);
+        }
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_function_runs_on_the_deployments_tables_and_namespace_by_default() {
+        let s = guard_settings(&Env::default(), &catalog::TRANSFER).unwrap();
+        assert_eq!(s.function, catalog::TRANSFER.name);
+        assert_eq!(s.rate_limit_table, catalog::RATE_LIMITS.default);
+        assert_eq!(s.control_table, catalog::CONTROL.default);
+        assert_eq!(s.metrics_namespace.as_deref(), Some(METRICS_NAMESPACE));
+        assert_eq!(s.rate_limits.to_string(), catalog::TRANSFER.default_limits);
+        let env = Env::from_pairs([
+            ("RATE_LIMIT_TABLE", "mine"),
+            (catalog::TRANSFER.limits_variable, "ip=1/1m"),
+        ]);
+        let s = guard_settings(&env, &catalog::TRANSFER).unwrap();
+        assert_eq!(s.rate_limit_table, "mine");
+        assert_eq!(s.rate_limits.to_string(), "ip=1/1m");
+        let err = guard_settings(
+            &Env::from_pairs([(catalog::TRANSFER.limits_variable, "ip=ten/1h")]),
+            &catalog::TRANSFER,
+        )
+        .unwrap_err();
+        assert_eq!(err.var, catalog::TRANSFER.limits_variable);
+    }
+}
