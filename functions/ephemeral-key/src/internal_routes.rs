@@ -8,10 +8,10 @@
 use http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Deserialize;
-use tollgate::gate::{Caller, Gate};
+use tollgate::gate::Gate;
 use tollgate::http::json_response;
 use tollgate::kill_switch::{SetError, MAX_MESSAGE_CHARS};
-use tollgate::ratelimit::{Admission, Layer};
+use tollgate::layers::Caller;
 use tollgate::ApiError;
 use tollgate_functions::catalog;
 
@@ -27,21 +27,9 @@ struct FlipRequest {
     message: Option<String>,
 }
 
-pub async fn kill_switch(
-    gate: &Gate,
-    req: &Request,
-    admission: &mut Admission,
-) -> Result<Response<Body>, ApiError> {
-    if req.method() != Method::GET && req.method() != Method::PUT {
-        return Err(ApiError::MethodNotAllowed { allow: METHODS });
-    }
-    let addr = gate.client_addr(req).await?;
-    let caller = Caller {
-        addr,
-        internal: gate.is_internal(req).await,
-    };
-    let key = addr.to_string();
-    gate.limit(admission, &caller, &[(Layer::Ip, &key)]).await?;
+/// The route's work, inside the client address and the `ip` layer (see the crate's `stack`).
+pub async fn kill_switch(gate: &Gate, req: &Request) -> Result<Response<Body>, ApiError> {
+    let caller = req.extensions().get::<Caller>().ok_or(ApiError::Internal)?;
     if !caller.internal {
         // Tells a missing or wrong token apart from a secret-store outage (503, not 401).
         gate.require_internal(req).await?;

@@ -5,8 +5,7 @@
 //! - `POST /session` — see [`session`].
 //! - `GET|PUT /internal/kill-switch` — operator view and flip; `X-Internal-Token` required.
 //!
-//! A CORS preflight from a listed origin gets its 204 before any guard
-//! (`tollgate_functions::serve::Function::handle`).
+//! A CORS preflight from a listed origin gets its 204 before any guard (see `stack`).
 //!
 //! Its names (function, limits variable, idempotency route, table) are the catalog's
 //! ([`tollgate_functions::catalog::EPHEMERAL_KEY`]); the provider's 503s are [`SessionError`], rendered by
@@ -18,15 +17,18 @@ mod internal_routes;
 pub mod session;
 pub mod upstream;
 
-use lambda_http::{Body, Request, Response};
+use std::sync::Arc;
+
+use lambda_http::Request;
 use tollgate::config::ConfigError;
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
 use tollgate::idempotency::AbsentKeys;
-use tollgate::ratelimit::{Admission, Layer};
-use tollgate::ApiError;
+use tollgate::layers::{handler_fn, AdmissionSlot, ClientAddress, Methods, RoutePath};
+use tollgate::ratelimit::Layer;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Parts;
+use tollgate_functions::serve::{Parts, Stack};
+use tower::{ServiceBuilder, ServiceExt};
 
 pub use crate::error::SessionError;
 
@@ -38,17 +40,19 @@ use crate::upstream::Upstream;
 pub const FUNCTION: &catalog::Function = &catalog::EPHEMERAL_KEY;
 /// What `/session` serves.
 const SESSION_METHODS: &str = "POST";
+/// The session route.
+const SESSION: &str = "/session";
 
 /// Everything a request needs, built once per process.
 #[derive(Debug)]
 pub struct App {
-    pub gate: Gate,
-    pub sessions: Sessions,
+    pub gate: Arc<Gate>,
+    pub sessions: Arc<Sessions>,
+    service: Stack,
 }
 
 impl tollgate_functions::serve::Function for App {
     const FUNCTION: &'static catalog::Function = FUNCTION;
-    type Error = SessionError;
 
     fn build(parts: Parts<'_>) -> Result<Self, ConfigError> {
         // The `global` layer is the spend cap. Leaving it out of the list must not quietly
@@ -72,15 +76,19 @@ impl tollgate_functions::serve::Function for App {
             })?;
         let idempotency =
             parts.idempotency(&settings.idempotency_table, settings.idempotency_ttl)?;
+        let sessions = Arc::new(Sessions {
+            settings,
+            upstream,
+            idempotency,
+            absent: AbsentKeys::new(parts.gate.settings().block_cache_capacity),
+            cooldown: Cooldown::new(parts.clock),
+        });
+        let gate = Arc::new(parts.gate);
+        let service = stack(&gate, &sessions);
         Ok(Self {
-            sessions: Sessions {
-                settings,
-                upstream,
-                idempotency,
-                absent: AbsentKeys::new(parts.gate.settings().block_cache_capacity),
-                cooldown: Cooldown::new(parts.clock),
-            },
-            gate: parts.gate,
+            gate,
+            sessions,
+            service,
         })
     }
 
@@ -88,38 +96,77 @@ impl tollgate_functions::serve::Function for App {
         &self.gate
     }
 
-    fn methods(path: &str) -> Option<&'static str> {
-        match path {
-            "/session" => Some(SESSION_METHODS),
-            "/internal/kill-switch" => Some(internal_routes::METHODS),
-            _ => None,
-        }
+    fn service(&self) -> Stack {
+        self.service.clone()
     }
+}
 
-    async fn route(
-        &self,
-        req: &Request,
-        _request_id: &str,
-        admission: &mut Admission,
-    ) -> Result<Response<Body>, SessionError> {
-        let path = self.gate.route_path(req).ok_or(ApiError::NotFound)?;
-        if Self::methods(path).is_some() {
-            self.gate.body(req)?;
-        }
-        match path {
-            "/session" if req.method() == http::Method::POST => {
-                self.sessions.post(&self.gate, req, admission).await
-            }
-            "/session" => Err(ApiError::MethodNotAllowed {
-                allow: SESSION_METHODS,
-            }
-            .into()),
-            "/internal/kill-switch" => {
-                Ok(internal_routes::kill_switch(&self.gate, req, admission).await?)
-            }
-            _ => Err(ApiError::NotFound.into()),
-        }
+/// The methods the route at `path` serves.
+fn methods(path: &str) -> Option<&'static str> {
+    match path {
+        SESSION => Some(SESSION_METHODS),
+        "/internal/kill-switch" => Some(internal_routes::METHODS),
+        _ => None,
     }
+}
+
+/// The two routes' guards, read top to bottom. Both answer a preflight, a request for no route,
+/// a wrong method and an oversized body before any guard. `POST /session` then runs the kill
+/// switch and the client address, and its own steps ([`session`]: the replay cache, cooldowns,
+/// limits, the claim). The operator's kill-switch routes ignore the kill switch (an operator
+/// must be able to turn it off again) and the spend cap, and count every caller without the
+/// internal token in `ip` before refusing it, so guessing the token is limited too.
+fn stack(gate: &Arc<Gate>, sessions: &Arc<Sessions>) -> Stack {
+    let session = {
+        let (gate, sessions) = (gate.clone(), sessions.clone());
+        Stack::new(
+            ServiceBuilder::new()
+                .layer(gate.kill_switch_layer())
+                .layer(gate.client_address_layer())
+                .service(handler_fn(move |req: Request| {
+                    let (gate, sessions) = (gate.clone(), sessions.clone());
+                    async move {
+                        let slot = req.extensions().get::<AdmissionSlot>().cloned();
+                        let mut admission =
+                            slot.as_ref().map(AdmissionSlot::take).unwrap_or_default();
+                        let result = sessions.post(&gate, &req, &mut admission).await;
+                        if let Some(slot) = slot {
+                            slot.put(admission);
+                        }
+                        result
+                    }
+                })),
+        )
+    };
+    let internal = {
+        let gate2 = gate.clone();
+        Stack::new(
+            ServiceBuilder::new()
+                .layer(gate.client_address_layer())
+                .layer(
+                    gate.rate_limit_layer()
+                        .limit(gate.rate_limit(Layer::Ip), ClientAddress),
+                )
+                .service(handler_fn(move |req: Request| {
+                    let gate = gate2.clone();
+                    async move { internal_routes::kill_switch(&gate, &req).await }
+                })),
+        )
+    };
+    Stack::new(
+        ServiceBuilder::new()
+            .layer(gate.respond_layer())
+            .layer(gate.cors_layer(Methods(methods)))
+            .layer(gate.routes_layer(Methods(methods)))
+            .service(tower::service_fn(move |req: Request| {
+                let on_session = req
+                    .extensions()
+                    .get::<RoutePath>()
+                    .is_some_and(|RoutePath(p)| p == SESSION);
+                let route = if on_session { &session } else { &internal };
+                route.clone().oneshot(req)
+            })),
+    )
 }
 
 #[cfg(test)]

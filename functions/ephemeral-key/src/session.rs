@@ -2,7 +2,7 @@
 //!
 //! Anyone may call this route, and every secret it mints costs money, so the order matters:
 //!
-//! 1. kill switch, client address, internal token ([`Gate::front`]);
+//! 1. kill switch, client address, internal token (layers, in the crate's `stack`);
 //! 2. the body (an optional voice from the allowlist) and the optional `Idempotency-Key` (one
 //!    key, at least 16 characters), checked here and answered after the `ip` layer;
 //! 3. a valid request whose key this process holds completed (the replay cache) is that answer
@@ -41,6 +41,7 @@ use tollgate::idempotency::{
 };
 use tollgate::internal::secrets_equal;
 use tollgate::json::strict_object;
+use tollgate::layers::Caller;
 use tollgate::ratelimit::{Admission, Decision, Layer};
 use tollgate::ApiError;
 
@@ -81,7 +82,8 @@ impl Sessions {
         req: &Request,
         admission: &mut Admission,
     ) -> Result<Response<Body>, SessionError> {
-        let caller = gate.front(req).await?;
+        // The kill switch and the client address ran as layers (the crate's `stack`).
+        let caller = *req.extensions().get::<Caller>().ok_or(ApiError::Internal)?;
         let ip = caller.addr.to_string();
         // Validated first but answered after the `ip` layer: an invalid request costs its `ip`
         // unit (lesson 002) and no `global` unit, since it never calls upstream. A valid one is

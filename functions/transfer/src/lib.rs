@@ -5,10 +5,11 @@
 //! - `GET /transfers/{id}` — visible to the client that made it.
 //! - `GET /accounts/{id}` — visible to its owner.
 //!
-//! Every route runs, in order: kill switch, client address, `ip` layer, authentication
-//! (`Authorization: Bearer`; failures are already counted by the `ip` layer), `client` and
-//! `global` layers on the verified client id, then its own validation and work. A CORS preflight
-//! from a listed origin gets its 204 before all of them (`tollgate_functions::serve::Function::handle`).
+//! Every route runs the one stack that `stack` assembles from the guard crate's layers, read
+//! top to bottom: kill switch, client address, `ip` layer, authentication (`Authorization:
+//! Bearer`; failures are already counted by the `ip` layer), `client` and `global` layers on the
+//! verified client id, then its own validation and work. A CORS preflight from a listed origin,
+//! and a request for no route, are answered before all of them.
 //!
 //! Its names (function, limits variable, idempotency route, tables) are the catalog's
 //! ([`tollgate_functions::catalog::TRANSFER`]); what only it answers (`insufficient_funds`,
@@ -19,6 +20,8 @@ pub mod domain;
 pub mod error;
 pub mod ledger;
 
+use std::sync::Arc;
+
 use http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde::Serialize;
@@ -26,11 +29,16 @@ use tollgate::config::ConfigError;
 use tollgate::gate::Gate;
 use tollgate::http::json_response;
 use tollgate::idempotency::{fingerprint, IdempotencyKey, KeyError, Scope};
-use tollgate::ratelimit::{Admission, Layer};
+use tollgate::layers::{
+    handler_fn, ClientAddress, Global, Methods, RequestId, RoutePath, Verified,
+};
+use tollgate::ratelimit::Layer;
 use tollgate::ApiError;
+use tollgate_functions::auth::{AuthenticateLayer, ClientId, KnownClient};
 use tollgate_functions::catalog;
-use tollgate_functions::clients::{bearer_token, ClientStore};
-use tollgate_functions::serve::Parts;
+use tollgate_functions::clients::ClientStore;
+use tollgate_functions::serve::{Parts, Stack};
+use tower::ServiceBuilder;
 
 pub use crate::error::TransferError;
 
@@ -44,10 +52,11 @@ pub const FUNCTION: &catalog::Function = &catalog::TRANSFER;
 /// Everything a request needs, built once per process.
 #[derive(Debug)]
 pub struct App {
-    pub gate: Gate,
-    pub settings: TransferSettings,
-    pub clients: ClientStore,
-    pub ledger: Ledger,
+    pub gate: Arc<Gate>,
+    pub settings: Arc<TransferSettings>,
+    pub clients: Arc<ClientStore>,
+    pub ledger: Arc<Ledger>,
+    service: Stack,
 }
 
 enum Route<'a> {
@@ -58,30 +67,38 @@ enum Route<'a> {
 
 impl tollgate_functions::serve::Function for App {
     const FUNCTION: &'static catalog::Function = FUNCTION;
-    type Error = TransferError;
 
     fn build(parts: Parts<'_>) -> Result<Self, ConfigError> {
-        let settings = TransferSettings::from_env(parts.env)?;
+        let settings = Arc::new(TransferSettings::from_env(parts.env)?);
         let idempotency =
             parts.idempotency(&settings.idempotency_table, settings.idempotency_ttl)?;
+        let clients = Arc::new(ClientStore::new(
+            parts.ddb.clone(),
+            &settings.clients_table,
+            parts.clock.clone(),
+            settings.token_cache,
+        ));
+        let ledger = Arc::new(Ledger::new(
+            parts.ddb,
+            &settings.accounts_table,
+            &settings.transfers_table,
+            idempotency,
+            parts.clock,
+            &settings.default_currency,
+            &parts.gate.settings().base_path,
+        ));
+        let gate = Arc::new(parts.gate);
+        let routes = Routes {
+            ledger: ledger.clone(),
+            settings: settings.clone(),
+        };
+        let service = stack(&gate, &clients, routes);
         Ok(Self {
-            clients: ClientStore::new(
-                parts.ddb.clone(),
-                &settings.clients_table,
-                parts.clock.clone(),
-                settings.token_cache,
-            ),
-            ledger: Ledger::new(
-                parts.ddb,
-                &settings.accounts_table,
-                &settings.transfers_table,
-                idempotency,
-                parts.clock,
-                &settings.default_currency,
-                &parts.gate.settings().base_path,
-            ),
-            gate: parts.gate,
+            gate,
             settings,
+            clients,
+            ledger,
+            service,
         })
     }
 
@@ -89,29 +106,63 @@ impl tollgate_functions::serve::Function for App {
         &self.gate
     }
 
-    fn methods(path: &str) -> Option<&'static str> {
-        resolve(path).map(|(_, allow)| allow)
+    fn service(&self) -> Stack {
+        self.service.clone()
     }
+}
 
-    async fn route(
-        &self,
-        req: &Request,
-        request_id: &str,
-        admission: &mut Admission,
-    ) -> Result<Response<Body>, TransferError> {
-        let path = self.gate.route_path(req).ok_or(ApiError::NotFound)?;
-        let (route, allow) = resolve(path).ok_or(ApiError::NotFound)?;
-        if req.method().as_str() != allow {
-            return Err(ApiError::MethodNotAllowed { allow }.into());
-        }
-        self.gate.body(req)?;
-        let client_id = self.authenticated(req, admission).await?;
-        match route {
-            Route::Transfers => self.post_transfer(req, &client_id, request_id).await,
-            Route::Transfer(id) => self.get_transfer(id, &client_id).await,
-            Route::Account(id) => self.get_account(id, &client_id).await,
-        }
-    }
+/// Every route's guards, in order (see the crate doc): a request for no route, and a CORS
+/// preflight, are answered before the kill switch; the address is counted before the token is
+/// checked, so failed authentications are limited; the client's limits count only a verified
+/// client.
+fn stack(gate: &Gate, clients: &Arc<ClientStore>, routes: Routes) -> Stack {
+    let known = KnownClient(clients.clone());
+    let knows = known.clone();
+    Stack::new(
+        ServiceBuilder::new()
+            .layer(gate.respond_layer())
+            .layer(gate.cors_layer(Methods(methods)))
+            .layer(gate.routes_layer(Methods(methods)))
+            .layer(gate.kill_switch_layer())
+            .layer(gate.client_address_layer())
+            // A client this process has verified, refused by a layer known to be full: answered
+            // before the `ip` increment (and its refund), so the flood costs no DynamoDB
+            // request. Any other token is counted in `ip` first.
+            .layer(
+                gate.rate_limit_layer()
+                    .known_full_only()
+                    .only_if(move |req| knows.knows(req))
+                    .limit(gate.rate_limit(Layer::Ip), ClientAddress)
+                    .limit(gate.rate_limit(Layer::Client), known)
+                    .limit(gate.rate_limit(Layer::Global), Global),
+            )
+            .layer(
+                gate.rate_limit_layer()
+                    .limit(gate.rate_limit(Layer::Ip), ClientAddress),
+            )
+            .layer(AuthenticateLayer::new(clients.clone()))
+            .layer(
+                gate.rate_limit_layer()
+                    .limit(gate.rate_limit(Layer::Client), Verified::<ClientId>::new())
+                    .limit(gate.rate_limit(Layer::Global), Global),
+            )
+            .service(handler_fn(move |req: Request| {
+                let routes = routes.clone();
+                async move { routes.route(req).await }
+            })),
+    )
+}
+
+/// The methods the route at `path` serves.
+fn methods(path: &str) -> Option<&'static str> {
+    resolve(path).map(|(_, allow)| allow)
+}
+
+/// The routes' own work, after every guard.
+#[derive(Debug, Clone)]
+struct Routes {
+    ledger: Arc<Ledger>,
+    settings: Arc<TransferSettings>,
 }
 
 /// The route at `path` and the one method it serves.
@@ -125,44 +176,24 @@ fn resolve(path: &str) -> Option<(Route<'_>, &'static str)> {
     }
 }
 
-impl App {
-    /// Kill switch, address, `ip` layer, bearer token, `client` and `global` layers.
-    async fn authenticated(
-        &self,
-        req: &Request,
-        admission: &mut Admission,
-    ) -> Result<String, TransferError> {
-        let caller = self.gate.front(req).await?;
-        let ip = caller.addr.to_string();
-        let token = bearer_token(req.headers().get(http::header::AUTHORIZATION));
-        // A client this process has verified, refused by a layer known to be full: answered
-        // before the `ip` increment (and its refund), so the flood costs no DynamoDB request.
-        // Any other token is counted in `ip` first, so failed authentications stay limited.
-        if let Some(client_id) = token.as_ref().and_then(|t| self.clients.cached(t)) {
-            let layers = [
-                (Layer::Ip, ip.as_str()),
-                (Layer::Client, &client_id),
-                (Layer::Global, ""),
-            ];
-            self.gate.refuse_if_blocked(&caller, &layers)?;
+impl Routes {
+    async fn route(&self, req: Request) -> Result<Response<Body>, TransferError> {
+        let extensions = req.extensions();
+        let (Some(RoutePath(path)), Some(ClientId(client_id)), Some(RequestId(request_id))) = (
+            extensions.get::<RoutePath>(),
+            extensions.get::<ClientId>(),
+            extensions.get::<RequestId>(),
+        ) else {
+            tracing::error!(
+                "the transfer routes run inside the routes, authentication and respond layers"
+            );
+            return Err(ApiError::Internal.into());
+        };
+        match resolve(path).ok_or(ApiError::NotFound)?.0 {
+            Route::Transfers => self.post_transfer(&req, client_id, request_id).await,
+            Route::Transfer(id) => self.get_transfer(id, client_id).await,
+            Route::Account(id) => self.get_account(id, client_id).await,
         }
-        self.gate
-            .limit(admission, &caller, &[(Layer::Ip, &ip)])
-            .await?;
-        let token = token.ok_or(ApiError::Unauthorized)?;
-        let client_id = self
-            .clients
-            .authenticate(&token)
-            .await?
-            .ok_or(ApiError::Unauthorized)?;
-        self.gate
-            .limit(
-                admission,
-                &caller,
-                &[(Layer::Client, &client_id), (Layer::Global, "")],
-            )
-            .await?;
-        Ok(client_id)
     }
 
     async fn post_transfer(
@@ -172,8 +203,7 @@ impl App {
         request_id: &str,
     ) -> Result<Response<Body>, TransferError> {
         let key = IdempotencyKey::from_headers(req.headers())?.ok_or(KeyError::Missing)?;
-        let body = self.gate.body(req)?;
-        let transfer = TransferRequest::parse(body, self.settings.max_amount)?;
+        let transfer = TransferRequest::parse(req.body().as_ref(), self.settings.max_amount)?;
         let scope = Scope::new(client_id, FUNCTION.route, &key);
         let fingerprint = fingerprint(&transfer.canonical);
         self.ledger

@@ -10,6 +10,7 @@
 //! - [`clients`]: the transfer API's clients and their bearer tokens (the CLI creates them);
 //! - [`serve`]: the entry point both functions run.
 
+pub mod auth;
 pub mod catalog;
 pub mod clients;
 pub mod serve;

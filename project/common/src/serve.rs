@@ -1,23 +1,25 @@
 //! The Lambda entry point both functions share: read configuration, build clients once, publish
 //! the limits for the operator's CLI ([`tollgate::published_limits`]), serve;
-//! and the one request lifecycle both follow ([`Function::handle`]).
+//! and the service stack each assembles from the guard crate's layers ([`Function::service`]).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_http::{service_fn, Body, Error, Request, Response};
-use tracing::Instrument;
+use lambda_http::{Body, Error, Request, Response};
+use tower::util::BoxCloneSyncService;
+use tower::ServiceExt;
 
 use tollgate::clock::{SharedClock, SystemClock};
 use tollgate::config::{ConfigError, Env};
 use tollgate::gate::Gate;
-use tollgate::http::{finish, request_id, respond, route_path};
 use tollgate::idempotency::{IdempotencyStore, DEFAULT_REPLAY_CACHE_SIZE};
 use tollgate::problem::{ApiError, ClientError};
-use tollgate::ratelimit::Admission;
 
 use crate::catalog;
+
+/// A function's whole request path: its guards and its routes, as one service.
+pub type Stack = BoxCloneSyncService<Request, Response<Body>, Error>;
 
 /// A function: built once per process from its environment, then asked to handle requests.
 pub trait Function: Send + Sync + Sized + 'static {
@@ -25,11 +27,8 @@ pub trait Function: Send + Sync + Sized + 'static {
     /// dimension) and its limits variable with their default.
     const FUNCTION: &'static catalog::Function;
 
-    /// What its routes may answer: the shared [`ApiError`]s and its own.
-    type Error: ClientError + From<ApiError> + Send;
-
     /// Builds the function over its guards, already built: only what is its own (settings,
-    /// stores, upstreams) is written here.
+    /// stores, upstreams, its service stack) is written here.
     fn build(parts: Parts<'_>) -> Result<Self, ConfigError>;
 
     /// Reads the shared guard settings the same way for every function (its limits through
@@ -53,45 +52,23 @@ pub trait Function: Send + Sync + Sized + 'static {
     /// The function's guards (and settings: base path, CORS origins).
     fn gate(&self) -> &Gate;
 
-    /// The methods the route at `path` (after `BASE_PATH`) serves, as its 405's `Allow` lists
-    /// them; `None` when no route matches. A CORS preflight is answered from this alone.
-    fn methods(path: &str) -> Option<&'static str>;
+    /// The function's request path, guards first: one `ServiceBuilder`, built in
+    /// [`Function::build`].
+    fn service(&self) -> Stack;
 
-    /// Runs the guards and the route's work for one request that is not an answered preflight.
-    fn route(
-        &self,
-        req: &Request,
-        request_id: &str,
-        admission: &mut Admission,
-    ) -> impl Future<Output = Result<Response<Body>, Self::Error>> + Send;
-
-    /// Answers one request; never fails (errors are problem+json responses). Written once for
-    /// both functions so CORS, `X-Request-Id`, the `RateLimit` fields and metrics cannot differ
-    /// between them: a preflight from a listed origin is answered before [`Function::route`]
-    /// (so before any guard: it reads nothing and counts in no layer), and every other answer
-    /// gets its CORS headers after it, errors and replays included.
+    /// Answers one request through [`Function::service`]; never fails (errors are
+    /// problem+json responses).
     fn handle(&self, req: Request) -> impl Future<Output = Response<Body>> + Send {
+        let service = self.service();
         async move {
-            let request_id = request_id(&req);
-            let settings = self.gate().settings();
-            let origin = settings.cors.listed_origin(req.headers());
-            if let Some(origin) = &origin {
-                let methods = route_path(&req, &settings.base_path).and_then(Self::methods);
-                if let (true, Some(methods)) = (tollgate::cors::is_preflight(&req), methods) {
-                    let preflight = settings.cors.preflight(origin.clone(), methods);
-                    return finish(preflight, &request_id, None);
+            match service.oneshot(req).await {
+                Ok(response) => response,
+                Err(e) => {
+                    // The stack's outermost layer answers every error itself.
+                    tracing::error!(error = %e, "service stack failed");
+                    ApiError::Internal.to_response("unknown")
                 }
             }
-            let span = tracing::info_span!("request", request_id = %request_id, function = Self::FUNCTION.name);
-            let mut admission = Admission::default();
-            let result = self
-                .route(&req, &request_id, &mut admission)
-                .instrument(span)
-                .await;
-            self.gate().metrics().record(&result);
-            let mut response = respond(result, &request_id, Some(&admission));
-            settings.cors.decorate(origin, &mut response);
-            response
         }
     }
 }
@@ -135,13 +112,8 @@ pub async fn run<F: Function>() -> Result<(), Error> {
         Arc::new(SystemClock),
     )
     .inspect_err(|e| tracing::error!(error = %e, "bad configuration"))?;
-    let app = Arc::new(app);
+    let service = app.service();
     // The limits this process counts under, for the operator's CLI: once, off the request path.
-    let publisher = app.clone();
-    tokio::spawn(async move { publisher.gate().publish_limits().await });
-    lambda_http::run(service_fn(move |req: Request| {
-        let app = app.clone();
-        async move { Ok::<_, Error>(app.handle(req).await) }
-    }))
-    .await
+    tokio::spawn(async move { app.gate().publish_limits().await });
+    lambda_http::run(service).await
 }

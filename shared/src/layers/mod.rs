@@ -53,8 +53,8 @@ pub use address::{Caller, ClientAddressLayer, ClientAddressService, ClientAddres
 pub use cors::{CorsLayer, CorsService};
 pub use kill_switch::{KillSwitchLayer, KillSwitchService};
 pub use rate_limit::{
-    Admitted, ClientAddress, Global, Identity, KeyExtractor, MissingExtension, RateLimitLayer,
-    RateLimitService, Verified,
+    AdmissionSlot, Admitted, ClientAddress, Global, Identity, KeyExtractor, MissingExtension,
+    RateLimitLayer, RateLimitService, Verified,
 };
 pub use respond::{RequestId, RespondLayer, RespondService};
 pub use routes::{Methods, RouteMethods, RoutePath, RoutesLayer, RoutesService};

@@ -109,17 +109,20 @@ impl<T: Identity> KeyExtractor for Verified<T> {
 
 /// What one request has consumed in the limits of one stack, shared by its layers: put in the
 /// request's extensions by [`super::RespondLayer`] (which reads the tightest decision for the
-/// `RateLimit` fields), filled by each [`RateLimitLayer`].
+/// `RateLimit` fields), filled by each [`RateLimitLayer`]. A handler that counts limits itself
+/// (with [`RateLimiter::check`]) takes the admission out and puts it back, so the response
+/// carries its fields too.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Slot(Arc<Mutex<Admission>>);
+pub struct AdmissionSlot(Arc<Mutex<Admission>>);
 
-impl Slot {
+impl AdmissionSlot {
     /// Everything counted so far, leaving the slot empty.
-    pub(crate) fn take(&self) -> Admission {
+    pub fn take(&self) -> Admission {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    fn put(&self, admission: Admission) {
+    /// Adds `admission` to what the slot holds.
+    pub fn put(&self, admission: Admission) {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -133,7 +136,7 @@ impl Slot {
 #[derive(Debug, Clone)]
 pub struct Admitted {
     limiter: Arc<RateLimiter>,
-    slot: Slot,
+    slot: AdmissionSlot,
 }
 
 impl Admitted {
@@ -162,6 +165,7 @@ impl Admitted {
 }
 
 type Limits = Arc<[(RateLimit, Arc<dyn KeyExtractor>)]>;
+type Condition = Arc<dyn Fn(&Request) -> bool + Send + Sync>;
 
 /// Counts each request in its limits, in order, in one check: when one is full the request is
 /// answered 429 and every unit it holds in this stack is given back (a 429 leaves the counters
@@ -175,6 +179,7 @@ pub struct RateLimitLayer {
     limiter: Arc<RateLimiter>,
     limits: Vec<(RateLimit, Arc<dyn KeyExtractor>)>,
     known_full_only: bool,
+    only_if: Option<Condition>,
 }
 
 impl std::fmt::Debug for RateLimitLayer {
@@ -196,6 +201,7 @@ impl RateLimitLayer {
             limiter,
             limits: Vec::new(),
             known_full_only: false,
+            only_if: None,
         }
     }
 
@@ -212,6 +218,13 @@ impl RateLimitLayer {
         self.known_full_only = true;
         self
     }
+
+    /// Apply the layer only to requests for which `condition` holds; the others pass
+    /// uncounted (to the layers that count them).
+    pub fn only_if(mut self, condition: impl Fn(&Request) -> bool + Send + Sync + 'static) -> Self {
+        self.only_if = Some(Arc::new(condition));
+        self
+    }
 }
 
 impl<S> Layer<S> for RateLimitLayer {
@@ -223,6 +236,7 @@ impl<S> Layer<S> for RateLimitLayer {
             limiter: self.limiter.clone(),
             limits: self.limits.clone().into(),
             known_full_only: self.known_full_only,
+            only_if: self.only_if.clone(),
         }
     }
 }
@@ -234,6 +248,7 @@ pub struct RateLimitService<S> {
     limiter: Arc<RateLimiter>,
     limits: Limits,
     known_full_only: bool,
+    only_if: Option<Condition>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for RateLimitService<S> {
@@ -265,7 +280,14 @@ where
         let limiter = self.limiter.clone();
         let limits = self.limits.clone();
         let known_full_only = self.known_full_only;
+        let applies = self
+            .only_if
+            .as_ref()
+            .is_none_or(|condition| condition(&req));
         Box::pin(async move {
+            if !applies {
+                return inner.call(req).await;
+            }
             let mut keys = Vec::with_capacity(limits.len());
             for (limit, extractor) in limits.iter() {
                 match extractor.key(&req) {
@@ -288,7 +310,11 @@ where
                 }
                 return inner.call(req).await;
             }
-            let slot = req.extensions().get::<Slot>().cloned().unwrap_or_default();
+            let slot = req
+                .extensions()
+                .get::<AdmissionSlot>()
+                .cloned()
+                .unwrap_or_default();
             if !checks.is_empty() {
                 let mut admission = slot.take();
                 let verdict = limiter.check(&mut admission, &checks).await;

@@ -8,7 +8,7 @@ use lambda_http::{Body, Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::rate_limit::Slot;
+use super::rate_limit::AdmissionSlot;
 use super::{take_ready, Rejected, ResponseFuture};
 use crate::http::finish;
 use crate::metrics::{Event, Metrics};
@@ -76,7 +76,7 @@ where
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         let id = crate::http::request_id(&req);
-        let slot = Slot::default();
+        let slot = AdmissionSlot::default();
         req.extensions_mut().insert(RequestId(id.clone()));
         req.extensions_mut().insert(slot.clone());
         let mut inner = take_ready(&mut self.inner);

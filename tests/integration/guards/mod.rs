@@ -6,6 +6,7 @@ mod fault_proxy;
 mod internal_callers;
 mod kill_switch;
 mod late_writes;
+mod layers;
 mod limiter_faults;
 mod published_limits;
 mod rate_limits;

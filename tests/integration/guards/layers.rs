@@ -1,0 +1,345 @@
+//! The guards as tower layers, assembled the way any Rust Lambda would: a `ServiceBuilder` over
+//! a handler of its own, against DynamoDB Local. What each layer answers, what it passes
+//! inward, and that a refusal never reaches the handler.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use http::StatusCode;
+use lambda_http::{Body, Request, Response};
+use tollgate::gate::Gate;
+use tollgate::http::json_response;
+use tollgate::layers::{
+    handler_fn, Admitted, Caller, ClientAddress, Global, Identity, Methods, RequestId,
+    ResponseFuture, Verified,
+};
+use tollgate::ratelimit::Layer;
+use tollgate::ApiError;
+use tollgate_tests::counting::RequestCounter;
+use tollgate_tests::dynamo::{self, Tables};
+use tollgate_tests::events::Event;
+use tollgate_tests::pipeline::settings;
+use tollgate_tests::{json_body, manual_clock};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+/// A tenant as a layer of the application verifies it: here, any `X-Tenant` header.
+#[derive(Debug, Clone)]
+struct Tenant(String);
+
+impl Identity for Tenant {
+    fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+fn methods(path: &str) -> Option<&'static str> {
+    (path == "/work").then_some("POST")
+}
+
+struct Fixture {
+    gate: Arc<Gate>,
+    counter: RequestCounter,
+    calls: Arc<AtomicUsize>,
+}
+
+async fn fixture(limits: &str) -> Fixture {
+    let (ddb, counter) = dynamo::client();
+    let tables = Tables::create(&ddb).await;
+    let (_clock, shared) = manual_clock();
+    let gate = Arc::new(Gate::new(settings(&tables, limits, &[]), ddb, None, shared));
+    Fixture {
+        gate,
+        counter,
+        calls: Arc::new(AtomicUsize::new(0)),
+    }
+}
+
+/// The handler: counts its calls, and answers with what the guards passed it.
+fn handler(
+    calls: Arc<AtomicUsize>,
+) -> impl Service<
+    Request,
+    Response = Response<Body>,
+    Error = lambda_http::Error,
+    Future = ResponseFuture,
+> + Clone
+       + Send {
+    handler_fn(move |req: Request| {
+        let calls = calls.clone();
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let caller = req.extensions().get::<Caller>().ok_or(ApiError::Internal)?;
+            let admitted = req.extensions().get::<Admitted>().map(Admitted::counted);
+            let id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
+            Ok::<_, ApiError>(json_response(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "addr": caller.addr.to_string(),
+                    "counted": admitted,
+                    "request_id": id,
+                }),
+            ))
+        }
+    })
+}
+
+/// Inserts the tenant from `X-Tenant` (the application's own verification), or answers 401.
+fn verify_tenant(req: Request) -> Result<Request, Box<Response<Body>>> {
+    let tenant = req
+        .headers()
+        .get("x-tenant")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    match tenant {
+        Some(t) => {
+            let mut req = req;
+            req.extensions_mut().insert(Tenant(t));
+            Ok(req)
+        }
+        None => Err(Box::new(tollgate::layers::reject(
+            &req,
+            &ApiError::Unauthorized,
+        ))),
+    }
+}
+
+#[tokio::test]
+async fn an_address_limit_counts_every_request_and_a_refusal_never_reaches_the_handler() {
+    let f = fixture("ip=3/1h,global=off").await;
+    let gate = &f.gate;
+    let service = ServiceBuilder::new()
+        .layer(gate.respond_layer())
+        .layer(gate.routes_layer(Methods(methods)))
+        .layer(gate.kill_switch_layer())
+        .layer(gate.client_address_layer())
+        .layer(
+            gate.rate_limit_layer()
+                .limit(gate.rate_limit(Layer::Ip), ClientAddress),
+        )
+        .service(handler(f.calls.clone()));
+    let req = || {
+        Event::post("/work")
+            .from_ip("2001:db8:1:2::7")
+            .request_id("req-1")
+            .request()
+    };
+    for left in [2, 1, 0] {
+        let resp = service.clone().oneshot(req()).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let body = json_body(&resp);
+        assert_eq!(body["addr"], "2001:db8:1:2::/64", "IPv6 counted per /64");
+        assert_eq!(body["request_id"], "req-1");
+        assert_eq!(resp.headers()["x-request-id"], "req-1");
+        assert_eq!(
+            resp.headers()["ratelimit"],
+            format!("\"ip\";r={left};t=3600").as_str()
+        );
+    }
+    let writes = f.counter.get("UpdateItem");
+    let resp = service.clone().oneshot(req()).await.unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(json_body(&resp)["code"], "rate_limited");
+    assert_eq!(json_body(&resp)["request_id"], "req-1");
+    assert!(resp.headers().contains_key("retry-after"));
+    assert_eq!(
+        f.calls.load(Ordering::SeqCst),
+        3,
+        "the 429 never reached the handler"
+    );
+    assert_eq!(
+        f.counter.get("UpdateItem"),
+        writes,
+        "the block cache refused it without a write"
+    );
+    // Another /64 has its own counter.
+    let other = Event::post("/work").from_ip("2001:db8:1:3::7").request();
+    assert_eq!(service.clone().oneshot(other).await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn routes_and_the_kill_switch_answer_before_anything_is_counted() {
+    let f = fixture("ip=100/1h,global=off").await;
+    let gate = &f.gate;
+    let service = ServiceBuilder::new()
+        .layer(gate.respond_layer())
+        .layer(gate.routes_layer(Methods(methods)))
+        .layer(gate.kill_switch_layer())
+        .layer(gate.client_address_layer())
+        .layer(
+            gate.rate_limit_layer()
+                .limit(gate.rate_limit(Layer::Ip), ClientAddress),
+        )
+        .service(handler(f.calls.clone()));
+    let nowhere = service.clone().oneshot(Event::post("/elsewhere").request());
+    assert_eq!(nowhere.await.unwrap().status(), 404);
+    let resp = service
+        .clone()
+        .oneshot(Event::get("/work").request())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+    assert_eq!(resp.headers()["allow"], "POST");
+    assert_eq!(f.counter.total(), 0, "404 and 405 cost no DynamoDB request");
+
+    gate.kill_switch()
+        .set(&gate.settings().function, true, Some("paused"))
+        .await
+        .unwrap();
+    f.counter.reset();
+    let resp = service
+        .clone()
+        .oneshot(Event::post("/work").request())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    assert_eq!(json_body(&resp)["code"], "service_disabled");
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        f.counter.get("UpdateItem"),
+        0,
+        "a disabled function counts nothing"
+    );
+}
+
+#[tokio::test]
+async fn an_identity_limit_counts_only_a_verified_identity_and_the_address_counts_failures() {
+    let f = fixture("ip=100/1h,client=2/1h,global=off").await;
+    let gate = &f.gate;
+    let service = ServiceBuilder::new()
+        .layer(gate.respond_layer())
+        .layer(gate.client_address_layer())
+        .layer(
+            gate.rate_limit_layer()
+                .limit(gate.rate_limit(Layer::Ip), ClientAddress),
+        )
+        .layer(tower::layer::layer_fn(|inner| TenantCheck { inner }))
+        .layer(
+            gate.rate_limit_layer()
+                .limit(gate.rate_limit(Layer::Client), Verified::<Tenant>::new())
+                .limit(gate.rate_limit(Layer::Global), Global),
+        )
+        .service(handler(f.calls.clone()));
+    let as_tenant = |t: &str| Event::post("/work").header("x-tenant", t).request();
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(
+            service
+                .clone()
+                .oneshot(as_tenant("a"))
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(as_tenant("b"))
+            .await
+            .unwrap()
+            .status(),
+        200,
+        "each verified tenant has its own counter"
+    );
+    // Without a tenant: 401, but the address layer counted it first (lesson 002).
+    let resp = service
+        .clone()
+        .oneshot(Event::post("/work").request())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(
+        resp.headers()["ratelimit"],
+        "\"ip\";r=95;t=3600",
+        "5 requests counted in ip: the 429 was refunded, the 401 was not"
+    );
+
+    // A stack whose identity limit has no verifying layer outside it is a 500, never a request
+    // counted under a wrong key.
+    let misordered = ServiceBuilder::new()
+        .layer(gate.respond_layer())
+        .layer(gate.client_address_layer())
+        .layer(
+            gate.rate_limit_layer()
+                .limit(gate.rate_limit(Layer::Client), Verified::<Tenant>::new()),
+        )
+        .service(handler(f.calls.clone()));
+    let resp = misordered.oneshot(as_tenant("a")).await.unwrap();
+    assert_eq!(resp.status(), 500);
+    assert!(!String::from_utf8_lossy(resp.body().as_ref()).contains("Tenant"));
+}
+
+/// The tenant check as a layer: [`verify_tenant`], answering 401 itself.
+#[derive(Clone)]
+struct TenantCheck<S> {
+    inner: S,
+}
+
+impl<S> Service<Request> for TenantCheck<S>
+where
+    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = lambda_http::Error;
+    type Future = ResponseFuture;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            match verify_tenant(req) {
+                Ok(req) => inner.ready().await?.call(req).await,
+                Err(refused) => Ok(*refused),
+            }
+        })
+    }
+}
+
+/// `lambda_http::run` and `run_concurrent` take the stack: Clone + Send, with `Send + 'static`
+/// futures (checked at compile time).
+#[tokio::test]
+async fn the_stack_is_what_the_lambda_runtime_takes() {
+    fn runnable<S>(_: &S)
+    where
+        S: Service<Request, Response = Response<Body>, Error = lambda_http::Error>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+    }
+    let f = fixture("ip=1/1h,global=off").await;
+    let gate = &f.gate;
+    let service = ServiceBuilder::new()
+        .layer(gate.respond_layer())
+        .layer(gate.cors_layer(Methods(methods)))
+        .layer(gate.routes_layer(Methods(methods)))
+        .layer(gate.kill_switch_layer())
+        .layer(gate.client_address_layer())
+        .layer(
+            gate.rate_limit_layer()
+                .limit(gate.rate_limit(Layer::Ip), ClientAddress),
+        )
+        .service(handler(f.calls.clone()));
+    runnable(&service);
+    assert_eq!(
+        service
+            .oneshot(Event::post("/work").request())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
