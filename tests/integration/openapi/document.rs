@@ -288,6 +288,7 @@ fn every_api_error() -> Vec<Box<dyn ClientError>> {
         ApiError::PayloadTooLarge { limit: 16_384 },
         ApiError::RateLimited(decision),
         ApiError::Unavailable { retry_after: 0 },
+        ApiError::OutcomeUnknown { retry_after: 1 },
         ApiError::IdempotencyKeyReused,
         ApiError::RequestInProgress { retry_after: 3 },
         ApiError::Internal,
@@ -313,6 +314,7 @@ fn every_api_error() -> Vec<Box<dyn ClientError>> {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::RateLimited(_)
             | ApiError::Unavailable { .. }
+            | ApiError::OutcomeUnknown { .. }
             | ApiError::IdempotencyKeyReused
             | ApiError::RequestInProgress { .. }
             | ApiError::Internal => {}
