@@ -294,7 +294,6 @@ fn every_api_error() -> Vec<Box<dyn ClientError>> {
         ApiError::Internal,
     ];
     let transfer = vec![
-        TransferError::OutcomeUnknown { retry_after: 1 },
         TransferError::AccountNotFound,
         TransferError::TransferNotFound,
         TransferError::InsufficientFunds,
@@ -324,7 +323,6 @@ fn every_api_error() -> Vec<Box<dyn ClientError>> {
         match e {
             // The shared errors are listed above.
             TransferError::Api(_)
-            | TransferError::OutcomeUnknown { .. }
             | TransferError::AccountNotFound
             | TransferError::TransferNotFound
             | TransferError::InsufficientFunds
