@@ -55,6 +55,10 @@ pub enum ApiError {
     RateLimited(Decision),
     #[error("temporarily unavailable")]
     Unavailable { retry_after: u64 },
+    /// 503 too, but a write may or may not have been applied: the client must retry with the
+    /// same idempotency key (which gets it the outcome), never a new one, so the detail says so.
+    #[error("outcome unknown")]
+    OutcomeUnknown { retry_after: u64 },
     /// The idempotency key was used before with a different canonical body.
     #[error("idempotency key reused")]
     IdempotencyKeyReused,
@@ -277,6 +281,12 @@ impl ClientError for ApiError {
                 "Temporarily unavailable",
                 format!("The service is temporarily unavailable. Retry after {retry_after} seconds."),
             ),
+            ApiError::OutcomeUnknown { retry_after } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "Temporarily unavailable",
+                format!("The outcome of this request is unknown: it may or may not have been applied. Retry after {retry_after} seconds with the same Idempotency-Key, never a new one: the retry gets the outcome."),
+            ),
             ApiError::IdempotencyKeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency_key_reused",
@@ -301,9 +311,9 @@ impl ClientError for ApiError {
             ApiError::RateLimited(d) => answer
                 .retry_after(d.retry_after_secs())
                 .with_header(AnswerHeader::RateLimit(*d)),
-            ApiError::Unavailable { retry_after } | ApiError::RequestInProgress { retry_after } => {
-                answer.retry_after(*retry_after)
-            }
+            ApiError::Unavailable { retry_after }
+            | ApiError::OutcomeUnknown { retry_after }
+            | ApiError::RequestInProgress { retry_after } => answer.retry_after(*retry_after),
             ApiError::MethodNotAllowed { allow } => answer.with_header(AnswerHeader::Allow(allow)),
             ApiError::Unauthorized => answer.with_header(AnswerHeader::Bearer),
             _ => answer,
@@ -391,6 +401,20 @@ impl From<crate::idempotency::IdempotencyError> for ApiError {
     fn from(e: crate::idempotency::IdempotencyError) -> Self {
         tracing::error!(error = %e, source = ?std::error::Error::source(&e), "idempotency store failed");
         ApiError::Unavailable { retry_after: 1 }
+    }
+}
+
+impl From<crate::idempotency::TransactionError> for ApiError {
+    fn from(e: crate::idempotency::TransactionError) -> Self {
+        use crate::idempotency::TransactionError as E;
+        // Logged where it was decided, with its cause.
+        match e {
+            E::InProgress { retry_after } => ApiError::RequestInProgress { retry_after },
+            E::KeyReused => ApiError::IdempotencyKeyReused,
+            E::NotCommitted { retry_after } => ApiError::Unavailable { retry_after },
+            E::OutcomeUnknown { retry_after } => ApiError::OutcomeUnknown { retry_after },
+            E::NotSent => ApiError::Internal,
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! What only the transfer function answers, beside the shared [`ApiError`]s.
 //!
-//! The shared errors are the guards' (limits, kill switch, authentication) and the generic ones;
-//! these are about money and the ledger. Both render through [`ClientError`], so the
+//! The shared errors are the guards' (limits, kill switch, authentication) and the generic ones,
+//! the transaction's outcome-unknown 503 included; these are about money and the ledger. Both render through [`ClientError`], so the
 //! problem+json shape is `tollgate::problem`'s alone; here are only the words.
 
 use http::StatusCode;
@@ -25,11 +25,6 @@ pub enum TransferError {
     /// The credit would take the receiving account past the largest balance it may hold.
     #[error("balance limit exceeded")]
     BalanceLimitExceeded,
-    /// A transaction attempt may or may not have committed and the key's record cannot say
-    /// which: the client must retry with the same idempotency key (which gets it the outcome),
-    /// never a new one.
-    #[error("outcome unknown")]
-    OutcomeUnknown { retry_after: u64 },
 }
 
 impl ClientError for TransferError {
@@ -73,13 +68,6 @@ impl ClientError for TransferError {
                 "Balance limit exceeded",
                 "The transfer would take the to account past the largest balance an account may hold.",
             ),
-            TransferError::OutcomeUnknown { retry_after } => Answer::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
-                "Temporarily unavailable",
-                format!("The outcome of this request is unknown: it may or may not have been applied. Retry after {retry_after} seconds with the same Idempotency-Key, never a new one: the retry gets the outcome."),
-            )
-            .retry_after(*retry_after),
         }
     }
 }
@@ -88,6 +76,7 @@ tollgate::lift_api_errors!(TransferError:
     tollgate_functions::clients::ClientStoreError,
     tollgate::idempotency::KeyError,
     tollgate::idempotency::IdempotencyError,
+    tollgate::idempotency::TransactionError,
     crate::domain::InvalidTransfer,
     crate::ledger::LedgerError,
 );

@@ -14,9 +14,14 @@
 //!
 //! Two modes:
 //!
-//! 1. **Atomic** ([`IdempotencyStore::completed_put`]): when the effect is itself a DynamoDB
-//!    write, the claim, the effect and the stored response commit in one `TransactWriteItems`.
-//!    There is no in-progress state to recover from, because there is no moment in between.
+//! 1. **Atomic** ([`IdempotencyStore::commit`]): when the effect is itself a DynamoDB write,
+//!    the claim, the effect and the stored response commit in one `TransactWriteItems`. There
+//!    is no in-progress state to recover from, because there is no moment in between. The
+//!    caller gives its items and how to read their cancellation ([`TransactionEffect`]);
+//!    `commit` makes the attempts, reads every answer and resolves unknown outcomes: see
+//!    [`transaction`] for each answer of DynamoDB and what it comes to.
+//!    ([`IdempotencyStore::completed_put`] and [`existing_in`](IdempotencyStore::existing_in)
+//!    are its parts, for a caller that sends the transaction itself.)
 //! 2. **Two-phase** ([`IdempotencyStore::claim`], [`complete`](IdempotencyStore::complete),
 //!    [`release`](IdempotencyStore::release)): for effects outside DynamoDB (an upstream call).
 //!    The claim holds a lease and an owner token; completing or releasing is conditioned on still
@@ -31,7 +36,8 @@
 //! condition that fails once the write is there, with `ALL_OLD` showing whose it is), and the
 //! caller learns whether any send's outcome was unknown. So no decision rests on the last
 //! attempt alone: a claim that committed and lost its answer, then was throttled twice, is
-//! known to be perhaps there, and is taken back before the 503.
+//! known to be perhaps there, and is taken back before the 503. (The atomic transaction makes
+//! its own attempts, per `ClientRequestToken`: [`transaction`].)
 //!
 //! Completed records are also kept per process ([`ReplayCache`], `IDEMPOTENCY_CACHE_SIZE`), so
 //! a duplicate seen before by this process is answered with no DynamoDB request.
@@ -41,6 +47,7 @@ mod key;
 mod peek;
 mod record;
 mod replays;
+pub mod transaction;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,6 +70,10 @@ pub use key::{
 pub use peek::AbsentKeys;
 pub use record::{Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER};
 pub use replays::{ReplayCache, DEFAULT_REPLAY_CACHE_SIZE};
+pub use transaction::{
+    Explained, Outcome, TransactionEffect, TransactionError, ANSWER_BY, MAX_ATTEMPTS, SENDS_END,
+    SEND_BUDGET,
+};
 
 use crate::aws::{Resend, WriteError};
 use crate::clock::{SharedClock, UnixMillis};
@@ -207,12 +218,16 @@ impl IdempotencyStore {
         fingerprint: &str,
         response: &StoredResponse,
         expires_at: u64,
+        by: Option<&WrittenBy>,
     ) -> HashMap<String, AttributeValue> {
         let mut item = HashMap::new();
         item.insert(PK.into(), AttributeValue::S(scope.pk().into()));
         item.insert(STATE.into(), AttributeValue::S(COMPLETED.into()));
         item.insert(FINGERPRINT.into(), AttributeValue::S(fingerprint.into()));
         item.insert(EXPIRES_AT.into(), AttributeValue::N(expires_at.to_string()));
+        if let Some(by) = by {
+            item.insert(WRITTEN_BY.into(), AttributeValue::S(by.as_str().into()));
+        }
         response.to_attributes(&mut item);
         item
     }
@@ -236,7 +251,19 @@ impl IdempotencyStore {
         response: &StoredResponse,
         expires_at: u64,
     ) -> TransactWriteItem {
-        let item = self.completed_item(scope, fingerprint, response, expires_at);
+        self.completed_put_by(scope, fingerprint, response, expires_at, None)
+    }
+
+    /// [`Self::completed_put`], the record naming the call `by` that wrote it.
+    fn completed_put_by(
+        &self,
+        scope: &Scope,
+        fingerprint: &str,
+        response: &StoredResponse,
+        expires_at: u64,
+        by: Option<&WrittenBy>,
+    ) -> TransactWriteItem {
+        let item = self.completed_item(scope, fingerprint, response, expires_at, by);
         let mut put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
@@ -278,9 +305,24 @@ impl IdempotencyStore {
         fingerprint: &str,
         response: &StoredResponse,
     ) -> Result<Option<Existing>, IdempotencyError> {
+        let found = self
+            .put_completed(scope, fingerprint, response, None)
+            .await?;
+        Ok(found.map(|r| r.verdict(fingerprint, self.now_ms())))
+    }
+
+    /// [`Self::store`], the record naming the call `by` that wrote it: `Ok(Some(record))` is the
+    /// live record found under the key (perhaps `by`'s own, after a lost answer).
+    async fn put_completed(
+        &self,
+        scope: &Scope,
+        fingerprint: &str,
+        response: &StoredResponse,
+        by: Option<&WrittenBy>,
+    ) -> Result<Option<Record>, IdempotencyError> {
         debug_assert!(response.status < 500, "5xx outcomes are never stored");
         let expires_at = self.expires_at();
-        let item = self.completed_item(scope, fingerprint, response, expires_at);
+        let item = self.completed_item(scope, fingerprint, response, expires_at, by);
         let mut req = self
             .ddb
             .put_item()
@@ -313,9 +355,8 @@ impl IdempotencyStore {
             }) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 let existing = match e.err() {
                     PutItemError::ConditionalCheckFailedException(c) => {
-                        c.item().and_then(Record::from_item).map(|r| {
-                            self.remember_record(scope, &r);
-                            r.verdict(fingerprint, self.now_ms())
+                        c.item().and_then(Record::from_item).inspect(|r| {
+                            self.remember_record(scope, r);
                         })
                     }
                     _ => None,

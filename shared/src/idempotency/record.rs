@@ -25,6 +25,8 @@ pub(crate) const BODY: &str = "body";
 pub(crate) const EXPIRES_AT: &str = "expires_at";
 pub(crate) const OWNER: &str = "owner";
 pub(crate) const LEASE_UNTIL_MS: &str = "lease_until_ms";
+/// The call of [`super::IdempotencyStore::commit`] that wrote a completed record.
+pub(crate) const WRITTEN_BY: &str = "written_by";
 
 pub(crate) const COMPLETED: &str = "COMPLETED";
 pub(crate) const IN_PROGRESS: &str = "IN_PROGRESS";
@@ -135,6 +137,24 @@ impl StoredResponse {
     }
 }
 
+/// A random marker naming one call of [`super::IdempotencyStore::commit`] in the records it
+/// writes, so that the call recognises its own record when an answer was lost, even when
+/// another request with the same body stored the same bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WrittenBy(String);
+
+impl WrittenBy {
+    /// 128 random bits as 32 hex digits: room for a token generation within DynamoDB's
+    /// 36-character `ClientRequestToken`.
+    pub(crate) fn new() -> Self {
+        Self(crate::ids::random_hex(16))
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A record as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -142,6 +162,8 @@ pub struct Record {
     pub state: RecordState,
     /// Seconds since the epoch after which the record counts as absent.
     pub expires_at: u64,
+    /// The [`WrittenBy`] marker of the call that wrote it, if one did.
+    written_by: Option<String>,
 }
 
 /// Where a record stands.
@@ -167,11 +189,18 @@ impl Record {
             },
             _ => return None,
         };
+        let written_by = item.get(WRITTEN_BY).and_then(|v| v.as_s().ok()).cloned();
         Some(Self {
             fingerprint,
             state,
             expires_at,
+            written_by,
         })
+    }
+
+    /// Whether `call` wrote this record.
+    pub(crate) fn is_written_by(&self, call: &WrittenBy) -> bool {
+        self.written_by.as_deref() == Some(call.as_str())
     }
 
     /// An expired record counts as absent, even before DynamoDB's TTL deletes it.

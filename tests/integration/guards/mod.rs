@@ -13,4 +13,5 @@ mod rate_limits;
 mod request_counts;
 mod secrets;
 mod shards;
+mod transaction;
 mod windows;

@@ -288,12 +288,12 @@ fn every_api_error() -> Vec<Box<dyn ClientError>> {
         ApiError::PayloadTooLarge { limit: 16_384 },
         ApiError::RateLimited(decision),
         ApiError::Unavailable { retry_after: 0 },
+        ApiError::OutcomeUnknown { retry_after: 1 },
         ApiError::IdempotencyKeyReused,
         ApiError::RequestInProgress { retry_after: 3 },
         ApiError::Internal,
     ];
     let transfer = vec![
-        TransferError::OutcomeUnknown { retry_after: 1 },
         TransferError::AccountNotFound,
         TransferError::TransferNotFound,
         TransferError::InsufficientFunds,
@@ -313,6 +313,7 @@ fn every_api_error() -> Vec<Box<dyn ClientError>> {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::RateLimited(_)
             | ApiError::Unavailable { .. }
+            | ApiError::OutcomeUnknown { .. }
             | ApiError::IdempotencyKeyReused
             | ApiError::RequestInProgress { .. }
             | ApiError::Internal => {}
@@ -322,7 +323,6 @@ fn every_api_error() -> Vec<Box<dyn ClientError>> {
         match e {
             // The shared errors are listed above.
             TransferError::Api(_)
-            | TransferError::OutcomeUnknown { .. }
             | TransferError::AccountNotFound
             | TransferError::TransferNotFound
             | TransferError::InsufficientFunds

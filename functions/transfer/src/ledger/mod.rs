@@ -15,9 +15,10 @@
 //!
 //! The ledger is three files:
 //!
-//! - `transaction.rs`: [`Ledger::transfer`], the transaction above, with its attempts, how each
-//!   DynamoDB answer is read (a refusal to store, a replay, a resend), and how an unknown outcome
-//!   is resolved;
+//! - `transaction.rs`: [`Ledger::transfer`], writes 1 to 3 above and what their cancellation
+//!   means (a refusal to store, a wrong currency guess, a race). Write 0, the attempts, how each
+//!   DynamoDB answer is read and how an unknown outcome is resolved are the library's
+//!   ([`IdempotencyStore::commit`]);
 //! - `accounts.rs`: the operator's account operations ([`Ledger::create_account`],
 //!   [`Ledger::deposit`], [`Ledger::account`]) and [`Ledger::transfer_record`];
 //! - `items.rs`: the stored items' codecs and the [`Account`] and [`Transfer`] types.
