@@ -5,12 +5,23 @@ A transfer under an idempotency key with AWS Lambda Powertools for Python's idem
 Tollgate's `Ledger::transfer`: one TransactWriteItems with the debit (conditioned on existence,
 owner, currency and balance), the credit and the transfer record.
 
-Run by the Rust driver (`stress/src/bench/idempotency.rs`) against the same DynamoDB Local, with
-the same N and concurrency levels, once without Powertools' local cache and once with it
-(`--local-cache-size`). It writes raw latencies (ms), DynamoDB request counts (per HTTP attempt,
-from a botocore `before-send` hook) and the capacity DynamoDB reported (botocore hooks that ask
-every request for `ReturnConsumedCapacity=TOTAL` and read it back) as JSON; the driver computes
-the statistics and bills the capacity, with the same code for both sides.
+Run by the Rust driver (`stress/src/bench/idempotency.rs`) against the same DynamoDB Local, as
+one long-lived process the driver commands one line at a time on stdin, so that the driver can
+interleave the two sides in blocks (neither measured on a DynamoDB Local the other has not
+warmed) without paying an interpreter start per block. Each command is a JSON object, each
+answer one line of JSON on stdout (everything else the process prints goes to stderr):
+
+- first, unasked: `{"versions": {...}}`;
+- `{"cmd": "setup", "context": name, "workers": w, "local_cache_size": k}`: a context of its
+  own (tables, w pairs of accounts, a persistence layer and a decorated function, Powertools'
+  local cache with k entries or off for 0), answered `{"ok": true}`;
+- `{"cmd": "phase", "context": name, "tag": t, "n": n}`: n transfers over the context's
+  workers under keys `t-<worker>-<i>`, answered `{"phase": {...}}` with raw latencies (ms),
+  DynamoDB request counts (per HTTP attempt, from a botocore `before-send` hook) and the
+  capacity DynamoDB reported (botocore hooks that ask every request for
+  `ReturnConsumedCapacity=TOTAL` and read it back); the driver computes the statistics and
+  bills the capacity, with the same code for both sides;
+- any failure is answered `{"error": traceback}`; end of stdin ends the process.
 """
 
 import argparse
@@ -18,8 +29,10 @@ import json
 import os
 import platform
 import secrets
+import sys
 import threading
 import time
+import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -184,154 +197,137 @@ def create_table(ddb, name, key):
     ddb.get_waiter("table_exists").wait(TableName=name)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--endpoint", required=True)
-    ap.add_argument("--n", type=int, required=True)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--concurrency", default="1,16")
-    ap.add_argument("--out", required=True)
-    # Powertools' local cache of completed records, with this many entries (0: off, the
-    # default of IdempotencyConfig); the driver passes the capacity of Tollgate's own cache.
-    ap.add_argument("--local-cache-size", type=int, default=0)
-    args = ap.parse_args()
-    levels = [int(c) for c in args.concurrency.split(",")]
+class Context:
+    """One mode and concurrency level: tables, accounts and a decorated transfer of its own."""
 
-    counter = Counter()
-    capacity = Capacity()
-    ddb = boto3.client(
-        "dynamodb",
-        endpoint_url=args.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        # Enough pooled connections for every worker thread (the default is 10).
-        config=Config(max_pool_connections=max(levels) * 2),
-    )
-    ddb.meta.events.register("before-send.dynamodb", counter.hook)
-    ddb.meta.events.register("before-parameter-build.dynamodb", capacity.ask)
-    ddb.meta.events.register("after-call.dynamodb", capacity.read)
-
-    prefix = "pt-" + secrets.token_hex(4)
-    idem_table, accounts, transfers = (f"{prefix}-{t}" for t in ("idempotency", "accounts", "transfers"))
-    # The idempotency table as Powertools documents it: partition key `id`; `expiration`,
-    # `status`, `data`, `validation` are written by the persistence layer.
-    create_table(ddb, idem_table, "id")
-    create_table(ddb, accounts, "pk")
-    create_table(ddb, transfers, "pk")
-    ddb.update_time_to_live(
-        TableName=idem_table,
-        TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"},
-    )
-
-    persistence = DynamoDBPersistenceLayer(table_name=idem_table, boto3_client=ddb)
-    config = IdempotencyConfig(
-        # The key is scoped to the caller, like Tollgate's (caller, route, key).
-        event_key_jmespath="[client_id, idempotency_key]",
-        # Payload validation on the body: the same key with another body is refused.
-        payload_validation_jmespath="body",
-        hash_function="sha256",
-        use_local_cache=args.local_cache_size > 0,
-        # Its default is 256 entries, fewer than a phase's keys: an LRU that size would be
-        # measuring evictions, not the cache, so it gets the capacity Tollgate's cache has.
-        local_cache_max_items=max(args.local_cache_size, 1),
-    )
-    # As in Lambda: Powertools reads the remaining time to set the in-progress expiry.
-    config.register_lambda_context(LambdaContextStandIn())
-
-    @idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)
-    def transfer(request):
-        body = request["body"]
-        transfer_id = "tr_" + uuid.uuid4().hex[:20]
-        created_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        amount = {"N": str(body["amount"])}
-        ddb.transact_write_items(
-            TransactItems=[
-                {
-                    "Update": {
-                        "TableName": accounts,
-                        "Key": {"pk": {"S": body["from"]}},
-                        "UpdateExpression": "SET #balance = #balance - :amount",
-                        "ConditionExpression": "attribute_exists(#pk) AND #owner = :client AND #currency = :currency AND #balance >= :amount",
-                        "ExpressionAttributeNames": {
-                            "#pk": "pk",
-                            "#balance": "balance",
-                            "#owner": "client_id",
-                            "#currency": "currency",
-                        },
-                        "ExpressionAttributeValues": {
-                            ":amount": amount,
-                            ":client": {"S": request["client_id"]},
-                            ":currency": {"S": CURRENCY},
-                        },
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    }
-                },
-                {
-                    "Update": {
-                        "TableName": accounts,
-                        "Key": {"pk": {"S": body["to"]}},
-                        "UpdateExpression": "SET #balance = #balance + :amount",
-                        "ConditionExpression": "attribute_exists(#pk) AND #currency = :currency",
-                        "ExpressionAttributeNames": {"#pk": "pk", "#balance": "balance", "#currency": "currency"},
-                        "ExpressionAttributeValues": {":amount": amount, ":currency": {"S": CURRENCY}},
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    }
-                },
-                {
-                    "Put": {
-                        "TableName": transfers,
-                        "Item": {
-                            "pk": {"S": transfer_id},
-                            "client_id": {"S": request["client_id"]},
-                            "from": {"S": body["from"]},
-                            "to": {"S": body["to"]},
-                            "amount": amount,
-                            "currency": {"S": CURRENCY},
-                            "created_at": {"S": created_at},
-                            "memo": {"S": body.get("memo", "")},
-                        },
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                },
-            ],
-            ClientRequestToken=transfer_id[3:],
+    def __init__(self, ddb, counter, capacity, local_cache_size, workers):
+        self.counter, self.capacity = counter, capacity
+        prefix = "pt-" + secrets.token_hex(4)
+        idem_table, accounts, transfers = (f"{prefix}-{t}" for t in ("idempotency", "accounts", "transfers"))
+        # The idempotency table as Powertools documents it: partition key `id`; `expiration`,
+        # `status`, `data`, `validation` are written by the persistence layer.
+        create_table(ddb, idem_table, "id")
+        create_table(ddb, accounts, "pk")
+        create_table(ddb, transfers, "pk")
+        ddb.update_time_to_live(
+            TableName=idem_table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"},
         )
-        return {
-            "status": 201,
-            "body": {
-                "transfer_id": transfer_id,
-                "from": body["from"],
-                "to": body["to"],
-                "amount": body["amount"],
-                "memo": body.get("memo"),
-                "created_at": created_at,
-            },
-        }
 
-    def new_pair():
-        ids = []
-        for balance in (1_000_000_000, 0):
-            account_id = "acc_" + secrets.token_hex(10)
-            ddb.put_item(
-                TableName=accounts,
-                Item={
-                    "pk": {"S": account_id},
-                    "client_id": {"S": CLIENT_ID},
-                    "currency": {"S": CURRENCY},
-                    "balance": {"N": str(balance)},
-                },
+        persistence = DynamoDBPersistenceLayer(table_name=idem_table, boto3_client=ddb)
+        config = IdempotencyConfig(
+            # The key is scoped to the caller, like Tollgate's (caller, route, key).
+            event_key_jmespath="[client_id, idempotency_key]",
+            # Payload validation on the body: the same key with another body is refused.
+            payload_validation_jmespath="body",
+            hash_function="sha256",
+            use_local_cache=local_cache_size > 0,
+            # Its default is 256 entries, fewer than a phase's keys: an LRU that size would be
+            # measuring evictions, not the cache, so it gets the capacity Tollgate's cache has.
+            local_cache_max_items=max(local_cache_size, 1),
+        )
+        # As in Lambda: Powertools reads the remaining time to set the in-progress expiry.
+        config.register_lambda_context(LambdaContextStandIn())
+
+        @idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)
+        def transfer(request):
+            body = request["body"]
+            transfer_id = "tr_" + uuid.uuid4().hex[:20]
+            created_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            amount = {"N": str(body["amount"])}
+            ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": accounts,
+                            "Key": {"pk": {"S": body["from"]}},
+                            "UpdateExpression": "SET #balance = #balance - :amount",
+                            "ConditionExpression": "attribute_exists(#pk) AND #owner = :client AND #currency = :currency AND #balance >= :amount",
+                            "ExpressionAttributeNames": {
+                                "#pk": "pk",
+                                "#balance": "balance",
+                                "#owner": "client_id",
+                                "#currency": "currency",
+                            },
+                            "ExpressionAttributeValues": {
+                                ":amount": amount,
+                                ":client": {"S": request["client_id"]},
+                                ":currency": {"S": CURRENCY},
+                            },
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": accounts,
+                            "Key": {"pk": {"S": body["to"]}},
+                            "UpdateExpression": "SET #balance = #balance + :amount",
+                            "ConditionExpression": "attribute_exists(#pk) AND #currency = :currency",
+                            "ExpressionAttributeNames": {"#pk": "pk", "#balance": "balance", "#currency": "currency"},
+                            "ExpressionAttributeValues": {":amount": amount, ":currency": {"S": CURRENCY}},
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": transfers,
+                            "Item": {
+                                "pk": {"S": transfer_id},
+                                "client_id": {"S": request["client_id"]},
+                                "from": {"S": body["from"]},
+                                "to": {"S": body["to"]},
+                                "amount": amount,
+                                "currency": {"S": CURRENCY},
+                                "created_at": {"S": created_at},
+                                "memo": {"S": body.get("memo", "")},
+                            },
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ],
+                ClientRequestToken=transfer_id[3:],
             )
-            ids.append(account_id)
-        return ids
+            return {
+                "status": 201,
+                "body": {
+                    "transfer_id": transfer_id,
+                    "from": body["from"],
+                    "to": body["to"],
+                    "amount": body["amount"],
+                    "memo": body.get("memo"),
+                    "created_at": created_at,
+                },
+            }
 
-    def phase(tag, n, pairs):
-        workers = len(pairs)
-        counter.take()
-        capacity.take()
+        self.transfer = transfer
+
+        def new_pair():
+            ids = []
+            for balance in (1_000_000_000, 0):
+                account_id = "acc_" + secrets.token_hex(10)
+                ddb.put_item(
+                    TableName=accounts,
+                    Item={
+                        "pk": {"S": account_id},
+                        "client_id": {"S": CLIENT_ID},
+                        "currency": {"S": CURRENCY},
+                        "balance": {"N": str(balance)},
+                    },
+                )
+                ids.append(account_id)
+            return ids
+
+        self.pairs = [new_pair() for _ in range(workers)]
+
+    def phase(self, tag, n):
+        """n requests over the context's workers (each sequential), keys `tag-<worker>-<i>`;
+        every one must answer 201 (a replay answers the stored 201)."""
+        workers = len(self.pairs)
+        self.counter.take()
+        self.capacity.take()
 
         def work(w):
-            src, dst = pairs[w]
+            src, dst = self.pairs[w]
             share = n // workers + (1 if w < n % workers else 0)
             lat = []
             for i in range(share):
@@ -341,7 +337,7 @@ def main():
                     "body": {"from": src, "to": dst, "amount": 1, "memo": "bench"},
                 }
                 t = time.perf_counter()
-                out = transfer(request=request)
+                out = self.transfer(request=request)
                 lat.append((time.perf_counter() - t) * 1000.0)
                 assert out["status"] == 201, out
             return lat
@@ -352,35 +348,69 @@ def main():
         wall = time.perf_counter() - started
         return {
             "lat_ms": [x for lat in lats for x in lat],
-            "requests": counter.take(),
-            "capacity": capacity.take(),
+            "requests": self.counter.take(),
+            "capacity": self.capacity.take(),
             "wall_s": wall,
         }
 
-    results = {}
-    for c in levels:
-        pairs = [new_pair() for _ in range(c)]
-        phase(f"warm{c}", max(args.warmup, c), pairs)
-        new = phase(f"k{c}", args.n, pairs)
-        dup = phase(f"k{c}", args.n, pairs)
-        per = lambda p: sum(p["requests"].values()) / max(1, len(p["lat_ms"]))  # noqa: E731
-        cache = f"local cache {args.local_cache_size}" if args.local_cache_size else "no local cache"
-        print(f"powertools c={c} ({cache}): new {per(new):.2f} req/op, dup {per(dup):.2f} req/op", flush=True)
-        results[str(c)] = {"new": new, "dup": dup}
 
-    with open(args.out, "w") as f:
-        json.dump(
-            {
-                "versions": {
-                    "Python": platform.python_version(),
-                    "aws-lambda-powertools": version("aws-lambda-powertools"),
-                    "boto3": version("boto3"),
-                    "botocore": version("botocore"),
-                },
-                "results": results,
-            },
-            f,
-        )
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--endpoint", required=True)
+    # The most workers any context will have: the client's connection pool is sized for them.
+    ap.add_argument("--max-workers", type=int, default=16)
+    args = ap.parse_args()
+
+    # The answers are the only thing on stdout; anything else printed goes to stderr.
+    answers = sys.stdout
+    sys.stdout = sys.stderr
+
+    def answer(value):
+        answers.write(json.dumps(value) + "\n")
+        answers.flush()
+
+    counter = Counter()
+    capacity = Capacity()
+    ddb = boto3.client(
+        "dynamodb",
+        endpoint_url=args.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        # Enough pooled connections for every worker thread (the default is 10).
+        config=Config(max_pool_connections=args.max_workers * 2),
+    )
+    ddb.meta.events.register("before-send.dynamodb", counter.hook)
+    ddb.meta.events.register("before-parameter-build.dynamodb", capacity.ask)
+    ddb.meta.events.register("after-call.dynamodb", capacity.read)
+
+    answer(
+        {
+            "versions": {
+                "Python": platform.python_version(),
+                "aws-lambda-powertools": version("aws-lambda-powertools"),
+                "boto3": version("boto3"),
+                "botocore": version("botocore"),
+            }
+        }
+    )
+    contexts = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            command = json.loads(line)
+            if command["cmd"] == "setup":
+                contexts[command["context"]] = Context(
+                    ddb, counter, capacity, command["local_cache_size"], command["workers"]
+                )
+                answer({"ok": True})
+            elif command["cmd"] == "phase":
+                answer({"phase": contexts[command["context"]].phase(command["tag"], command["n"])})
+            else:
+                answer({"error": f"unknown command {command['cmd']!r}"})
+        except Exception:  # noqa: BLE001 - every failure goes back to the driver, which stops
+            answer({"error": traceback.format_exc()})
 
 
 if __name__ == "__main__":

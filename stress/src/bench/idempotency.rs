@@ -8,6 +8,14 @@
 //! levels. Both sides hand back raw latencies, per-operation request counts and the capacity
 //! DynamoDB reported, summarised and billed here by the same code ([`Phase::figures`]).
 //!
+//! The two sides take turns in blocks ([`super::blocks`]): each phase (new requests, then their
+//! duplicates) is cut into blocks per side, run in pairs Tollgate, Powertools, then
+//! Powertools, Tollgate, and so on, so neither side meets a DynamoDB Local the other has not
+//! warmed; the report gives the medians over all blocks and over each order's pairs. The script
+//! is one long-lived process ([`Powertools`]) that takes one command per line on its stdin
+//! (set up a mode and level, run one block) and answers each with one line of JSON, so a block
+//! of theirs costs no interpreter start and the driver decides the order.
+//!
 //! Everything runs twice, in [`MODES`]: both sides without a local cache of completed
 //! responses (Tollgate's `IDEMPOTENCY_CACHE_SIZE=0`, Powertools' `use_local_cache=False`), then
 //! both with one of the same capacity (Tollgate's default, and Powertools' local cache given
@@ -16,24 +24,25 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Instant;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use serde::{Deserialize, Serialize};
-use tollgate::clock::{SharedClock, SystemClock};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tollgate::config::Env;
-use tollgate::idempotency::{fingerprint, IdempotencyKey, Scope, DEFAULT_REPLAY_CACHE_SIZE};
-use tollgate_functions::serve::{Function, REPLAY_CACHE_SIZE_VAR};
+use tollgate::idempotency::DEFAULT_REPLAY_CACHE_SIZE;
+use tollgate_functions::serve::REPLAY_CACHE_SIZE_VAR;
 use tollgate_tests::capacity::{CapacityMeter, OpCapacity};
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo::{self, Tables};
-use transfer::domain::TransferRequest;
 use transfer::App;
 
-use super::capacity::{self, CapacityFigures};
-use super::stats::{ms, Quantiles};
+use super::blocks::{schedule, Blocks, ByOrder, Phase, PhaseFigures, Which, BLOCKS};
+use super::stats::ms;
+use super::transfer_app;
 use super::{BenchError, WARMUP};
 
 /// Local caches of completed responses, per mode: off on both sides, then on with Tollgate's
@@ -43,44 +52,6 @@ pub const MODES: [usize; 2] = [0, DEFAULT_REPLAY_CACHE_SIZE];
 /// Concurrency levels: one caller, and as many as a small Lambda fleet would be.
 pub const CONCURRENCY: [usize; 2] = [1, 16];
 const CLIENT_ID: &str = "cl_bench";
-const ROUTE: &str = "POST /transfers";
-
-/// Latencies of one phase, the DynamoDB requests it sent and the capacity DynamoDB reported,
-/// per operation.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Phase {
-    lat_ms: Vec<f64>,
-    requests: BTreeMap<String, usize>,
-    #[serde(default)]
-    capacity: BTreeMap<String, OpCapacity>,
-    wall_s: f64,
-}
-
-/// What the report shows of a phase.
-#[derive(Debug, Serialize)]
-pub struct PhaseFigures {
-    pub requests_per_call: f64,
-    /// `(operation, requests)`, by name.
-    pub operations: Vec<(String, usize)>,
-    pub latency: Quantiles,
-    /// Calls over the phase's wall-clock time.
-    pub throughput: f64,
-    pub capacity: CapacityFigures,
-}
-
-impl Phase {
-    /// `reference`: a phase that wrote the same items successfully (capacity rule 2).
-    fn figures(&self, reference: &Phase) -> PhaseFigures {
-        let calls = self.lat_ms.len();
-        PhaseFigures {
-            requests_per_call: self.requests.values().sum::<usize>() as f64 / calls.max(1) as f64,
-            operations: self.requests.clone().into_iter().collect(),
-            latency: Quantiles::of(&self.lat_ms),
-            throughput: calls as f64 / self.wall_s,
-            capacity: capacity::figures(&self.capacity, &reference.capacity, calls),
-        }
-    }
-}
 
 /// One side at one concurrency level.
 #[derive(Debug, Serialize)]
@@ -104,8 +75,43 @@ pub struct Level {
     /// Median latency, Tollgate over Powertools.
     pub ratio_new: f64,
     pub ratio_duplicate: f64,
+    /// The medians over the pairs of blocks where Tollgate ran first (`a_first`) and over
+    /// those where Powertools did (`b_first`), per phase.
+    pub order_new: ByOrder,
+    pub order_duplicate: ByOrder,
     /// Goal: at most Powertools' billed capacity (read plus write units) per new request.
     pub capacity_new_at_most: bool,
+}
+
+impl Level {
+    fn new(concurrency: usize, new: &Blocks, dup: &Blocks) -> Self {
+        // A duplicate rewrites what the new request wrote: its reference for rule 2.
+        let side = |which| {
+            let (new, dup) = (new.side(which), dup.side(which));
+            Side {
+                new: new.figures(&new),
+                duplicate: dup.figures(&new),
+            }
+        };
+        let (tollgate, powertools) = (side(Which::A), side(Which::B));
+        Level {
+            concurrency,
+            half_the_requests: tollgate.new.requests_per_call
+                <= powertools.new.requests_per_call / 2.0,
+            faster_new: tollgate.new.latency.median < powertools.new.latency.median,
+            faster_duplicate: tollgate.duplicate.latency.median
+                < powertools.duplicate.latency.median,
+            ratio_new: tollgate.new.latency.median / powertools.new.latency.median,
+            ratio_duplicate: tollgate.duplicate.latency.median
+                / powertools.duplicate.latency.median,
+            order_new: new.by_order(),
+            order_duplicate: dup.by_order(),
+            capacity_new_at_most: tollgate.new.capacity.billed.total()
+                <= powertools.new.capacity.billed.total(),
+            tollgate,
+            powertools,
+        }
+    }
 }
 
 /// Both sides at every level, with local caches of one capacity or without.
@@ -130,6 +136,8 @@ pub struct Probe {
 pub struct Idempotency {
     pub n: usize,
     pub warmup: usize,
+    /// Blocks per side and phase (pairs of one block of each side).
+    pub blocks: usize,
     pub modes: Vec<Mode>,
     pub probe: Probe,
     /// Python, Powertools, boto3 and botocore versions, as the script found them.
@@ -143,68 +151,57 @@ impl Idempotency {
     }
 }
 
-/// Runs both modes; in each, both sides, ours first.
+/// Runs both modes; in each, both sides at each level, in alternating blocks.
 pub async fn run(n: usize, python: &Path, script: &Path) -> Result<Idempotency, BenchError> {
     let probe = probe().await?;
+    let mut theirs = Powertools::start(python, script).await?;
     let mut modes = Vec::new();
-    let mut versions = BTreeMap::new();
     for cache in MODES {
         let label = match cache {
             0 => "no local caches".to_string(),
             n => format!("local caches of {n}"),
         };
-        let mut ours = BTreeMap::new();
-        for c in CONCURRENCY {
-            let o = Ours::setup(c, cache).await?;
-            // Warm-up (connections, currency cache), not measured.
-            o.phase("warm", WARMUP.max(c), c).await?;
-            let new = o.phase("k", n, c).await?;
-            let dup = o.phase("k", n, c).await?;
-            println!(
-                "tollgate c={c} ({label}): new median {:.2} ms; duplicate median {:.2} ms",
-                Quantiles::of(&new.lat_ms).median,
-                Quantiles::of(&dup.lat_ms).median
-            );
-            ours.insert(c, (new, dup));
-        }
-        println!("part 1: Powertools for Python ({label})");
-        let theirs = powertools(n, python, script, cache)?;
         let mut levels = Vec::new();
         for c in CONCURRENCY {
-            let (on, od) = &ours[&c];
-            let theirs_c = theirs.results.get(&c.to_string()).ok_or_else(|| {
-                BenchError::Powertools(format!(
-                    "the script reported no results for concurrency {c}"
-                ))
-            })?;
-            // A duplicate rewrites what the new request wrote: its reference for rule 2.
-            let side = |new: &Phase, dup: &Phase| Side {
-                new: new.figures(new),
-                duplicate: dup.figures(new),
-            };
-            let (tollgate, powertools) = (side(on, od), side(&theirs_c.new, &theirs_c.dup));
-            levels.push(Level {
-                concurrency: c,
-                half_the_requests: tollgate.new.requests_per_call
-                    <= powertools.new.requests_per_call / 2.0,
-                faster_new: tollgate.new.latency.median < powertools.new.latency.median,
-                faster_duplicate: tollgate.duplicate.latency.median
-                    < powertools.duplicate.latency.median,
-                ratio_new: tollgate.new.latency.median / powertools.new.latency.median,
-                ratio_duplicate: tollgate.duplicate.latency.median
-                    / powertools.duplicate.latency.median,
-                capacity_new_at_most: tollgate.new.capacity.billed.total()
-                    <= powertools.new.capacity.billed.total(),
-                tollgate,
-                powertools,
-            });
+            let ours = Ours::setup(c, cache).await?;
+            let context = theirs.setup(c, cache).await?;
+            // Warm-up (connections, currency cache), not measured; ours, then theirs.
+            ours.phase("warm", WARMUP.max(c), c).await?;
+            theirs.phase(&context, "warm", WARMUP.max(c)).await?;
+            // New requests, block by block, then the same keys again: each duplicate block
+            // replays the new block of the same index, on its own side.
+            let mut phases = Vec::new();
+            for _ in ["new", "duplicate"] {
+                let mut blocks = Blocks::default();
+                for block in schedule(n, BLOCKS) {
+                    let tag = format!("k{}", block.index);
+                    let phase = match block.side {
+                        Which::A => ours.phase(&tag, block.len, c).await?,
+                        Which::B => theirs.phase(&context, &tag, block.len).await?,
+                    };
+                    blocks.push(block, phase);
+                }
+                phases.push(blocks);
+            }
+            let level = Level::new(c, &phases[0], &phases[1]);
+            println!(
+                "part 1, c={c} ({label}): new median {:.2} ms Tollgate, {:.2} ms Powertools; duplicate {:.3} / {:.3} ms; new ratio {:.2} with Tollgate first, {:.2} with Powertools first",
+                level.tollgate.new.latency.median,
+                level.powertools.new.latency.median,
+                level.tollgate.duplicate.latency.median,
+                level.powertools.duplicate.latency.median,
+                level.order_new.a_first.ratio,
+                level.order_new.b_first.ratio,
+            );
+            levels.push(level);
         }
-        versions = theirs.versions;
         modes.push(Mode { cache, levels });
     }
+    let versions = theirs.finish().await?;
     Ok(Idempotency {
         n,
         warmup: WARMUP,
+        blocks: BLOCKS.min(n),
         modes,
         probe,
         versions,
@@ -270,21 +267,10 @@ impl Ours {
         let mut pairs = tables.env_pairs();
         pairs.push((REPLAY_CACHE_SIZE_VAR.to_string(), cache.to_string()));
         let env = Env::from_pairs(pairs);
-        let clock: SharedClock = Arc::new(SystemClock);
-        let app = App::from_env(&env, ddb, None, clock)
-            .map_err(|e| BenchError::Setup(format!("the transfer app: {e}")))?;
+        let app = transfer_app::build(&env, ddb)?;
         let mut pairs = Vec::new();
         for _ in 0..workers {
-            let account = |balance| {
-                let app = &app;
-                async move {
-                    app.ledger
-                        .create_account(CLIENT_ID, balance, "JPY")
-                        .await
-                        .map(|a| a.account_id)
-                        .map_err(|e| BenchError::Setup(format!("an account: {e}")))
-                }
-            };
+            let account = |balance| transfer_app::account(&app, CLIENT_ID, balance);
             pairs.push((account(1_000_000_000).await?, account(0).await?));
         }
         Ok(Self {
@@ -314,7 +300,7 @@ impl Ours {
                 for i in 0..share {
                     let key = format!("{prefix}-{w}-{i}");
                     let t = Instant::now();
-                    let status = transfer_once(&app, &key, &body).await;
+                    let status = transfer_app::ledger_transfer(&app, CLIENT_ID, &key, &body).await;
                     lat.push(ms(t.elapsed()));
                     wrong += usize::from(status != Some(201));
                 }
@@ -342,73 +328,133 @@ impl Ours {
     }
 }
 
-/// One `POST /transfers` as the function does it after authentication: parse, scope,
-/// fingerprint, `Ledger::transfer`. The status, or `None` (logged) on an error.
-async fn transfer_once(app: &App, key: &str, body: &str) -> Option<u16> {
-    let req = TransferRequest::parse(body.as_bytes(), u64::MAX).ok()?;
-    let key = IdempotencyKey::parse(Some(key.as_bytes())).ok()?;
-    let scope = Scope::new(CLIENT_ID, ROUTE, &key);
-    let fp = fingerprint(&req.canonical);
-    match app
-        .ledger
-        .transfer(CLIENT_ID, &scope, &fp, &req, "bench")
-        .await
-    {
-        Ok(resp) => Some(resp.status().as_u16()),
-        Err(e) => {
-            eprintln!("transfer failed: {e:?}");
-            None
-        }
-    }
-}
-
-/// What `bench/powertools_transfer.py` writes.
-#[derive(Debug, Deserialize)]
-struct PowertoolsRun {
+/// Their side: `bench/powertools_transfer.py`, one process for the whole part, driven one
+/// command per line on its stdin; each answer is one line of JSON on its stdout (its own output
+/// goes to stderr). A mode and level is a *context* of the script's: tables, accounts and a
+/// decorated function of its own, as [`Ours::setup`] makes ours.
+struct Powertools {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+    /// What the script found installed, from its first line.
     versions: BTreeMap<String, String>,
-    /// By concurrency level, as a string.
-    results: BTreeMap<String, PowertoolsLevel>,
 }
 
+/// The script's first line.
 #[derive(Debug, Deserialize)]
-struct PowertoolsLevel {
-    new: Phase,
-    dup: Phase,
+struct Hello {
+    versions: BTreeMap<String, String>,
 }
 
-/// The script's run with its local cache of `cache` entries (0: off).
-fn powertools(
-    n: usize,
-    python: &Path,
-    script: &Path,
-    cache: usize,
-) -> Result<PowertoolsRun, BenchError> {
-    let out = std::env::temp_dir().join(format!(
-        "tollgate-bench-{}-{cache}.json",
-        std::process::id()
-    ));
-    let concurrency = CONCURRENCY.map(|c| c.to_string()).join(",");
-    let status = Command::new(python)
-        .arg(script)
-        .args(["--endpoint", &dynamo::endpoint()])
-        .args(["--n", &n.to_string()])
-        .args(["--warmup", &WARMUP.to_string()])
-        .args(["--concurrency", &concurrency])
-        .args(["--local-cache-size", &cache.to_string()])
-        .arg("--out")
-        .arg(&out)
-        .status()
-        .map_err(|e| {
-            BenchError::Powertools(format!("could not start {}: {e}", python.display()))
-        })?;
-    if !status.success() {
-        return Err(BenchError::Powertools(format!(
-            "the script failed ({status})"
-        )));
+impl Powertools {
+    async fn start(python: &Path, script: &Path) -> Result<Self, BenchError> {
+        let max_workers = CONCURRENCY.iter().max().copied().unwrap_or(1);
+        let mut child = tokio::process::Command::new(python)
+            .arg(script)
+            .args(["--endpoint", &dynamo::endpoint()])
+            .args(["--max-workers", &max_workers.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                BenchError::Powertools(format!("could not start {}: {e}", python.display()))
+            })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(BenchError::Powertools("no pipes to the script".into()));
+        };
+        let mut me = Self {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout).lines(),
+            versions: BTreeMap::new(),
+        };
+        let hello: Hello = me.read().await?;
+        me.versions = hello.versions;
+        Ok(me)
     }
-    let text = std::fs::read(&out)
-        .map_err(|e| BenchError::Powertools(format!("no results in {}: {e}", out.display())))?;
-    let _ = std::fs::remove_file(&out);
-    serde_json::from_slice(&text)
-        .map_err(|e| BenchError::Powertools(format!("unreadable results: {e}")))
+
+    /// The script's next answer: `T`, or the error it reported (its traceback).
+    async fn read<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, BenchError> {
+        let line = self
+            .stdout
+            .next_line()
+            .await
+            .map_err(|e| BenchError::Powertools(format!("reading its answer: {e}")))?;
+        let Some(line) = line else {
+            let status = self.child.wait().await.ok();
+            return Err(BenchError::Powertools(format!(
+                "the script ended without answering ({status:?}); its stderr is above"
+            )));
+        };
+        let value: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|e| BenchError::Powertools(format!("unreadable answer ({e}): {line}")))?;
+        if let Some(error) = value.get("error") {
+            return Err(BenchError::Powertools(format!(
+                "the script failed:\n{}",
+                error.as_str().unwrap_or_default()
+            )));
+        }
+        serde_json::from_value(value)
+            .map_err(|e| BenchError::Powertools(format!("unexpected answer ({e}): {line}")))
+    }
+
+    /// Sends one command and reads its answer.
+    async fn ask<T: serde::de::DeserializeOwned>(
+        &mut self,
+        command: serde_json::Value,
+    ) -> Result<T, BenchError> {
+        let mut line = command.to_string();
+        line.push('\n');
+        let sent = async {
+            self.stdin.write_all(line.as_bytes()).await?;
+            self.stdin.flush().await
+        };
+        sent.await
+            .map_err(|e| BenchError::Powertools(format!("sending a command: {e}")))?;
+        self.read().await
+    }
+
+    /// A context with `workers` pairs of accounts and a local cache of `cache` entries (0:
+    /// off): its name, for [`Self::phase`].
+    async fn setup(&mut self, workers: usize, cache: usize) -> Result<String, BenchError> {
+        let context = format!("c{workers}-cache{cache}");
+        let _: serde_json::Value = self
+            .ask(serde_json::json!({
+                "cmd": "setup",
+                "context": context,
+                "workers": workers,
+                "local_cache_size": cache,
+            }))
+            .await?;
+        Ok(context)
+    }
+
+    /// `n` requests over the context's workers, keys `<tag>-<worker>-<i>` as ours.
+    async fn phase(&mut self, context: &str, tag: &str, n: usize) -> Result<Phase, BenchError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            phase: Phase,
+        }
+        let answer: Answer = self
+            .ask(serde_json::json!({"cmd": "phase", "context": context, "tag": tag, "n": n}))
+            .await?;
+        Ok(answer.phase)
+    }
+
+    /// Closes its stdin (the script then exits) and waits for it: its versions.
+    async fn finish(mut self) -> Result<BTreeMap<String, String>, BenchError> {
+        drop(self.stdin);
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|e| BenchError::Powertools(format!("waiting for the script: {e}")))?;
+        if !status.success() {
+            return Err(BenchError::Powertools(format!(
+                "the script failed ({status})"
+            )));
+        }
+        Ok(self.versions)
+    }
 }

@@ -2,7 +2,10 @@
 //!
 //! 1. [`idempotency`]: Tollgate's `Ledger::transfer` against AWS Lambda Powertools for
 //!    Python's `@idempotent_function` doing the same transaction (run in its venv), without
-//!    local caches and with them, with the capacity each request consumed ([`capacity`]).
+//!    local caches and with them, with the capacity each request consumed ([`capacity`]);
+//!    then [`floor`]: a guarded new transfer through the function's whole request path
+//!    against a bare `TransactWriteItems` of the same four items. Both compare two sides in
+//!    alternating blocks ([`blocks`]), so neither meets a DynamoDB Local the other warmed.
 //! 2. [`limiter`]: `RateLimiter::check` against a bare conditional `UpdateItem`, sliding
 //!    windows against fixed ones, what a rejection and a session cost with and without the
 //!    block cache, and admissions per second through 1 shard against 8.
@@ -21,11 +24,14 @@
 //! and [`report`] renders the figures through `templates/bench*.md`, where all the prose is.
 
 mod binaries;
+mod blocks;
 mod capacity;
 mod cost;
+mod floor;
 mod idempotency;
 mod limiter;
 mod report;
+mod transfer_app;
 
 use crate::workspace_root;
 mod schemathesis;
@@ -182,8 +188,10 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
         let script = workspace_root()
             .join("bench")
             .join("powertools_transfer.py");
-        println!("part 1: Tollgate, {n} new + {n} duplicates per concurrency level");
+        println!("part 1: Tollgate and Powertools in alternating blocks, {n} new + {n} duplicates each per concurrency level");
         figures.idempotency = Some(idempotency::run(n, &python, &script).await?);
+        println!("part 1: a guarded new transfer against a bare TransactWriteItems, {n} each");
+        figures.floor = Some(floor::run(n).await?);
         println!("part 2: limiter vs bare UpdateItem, {n} calls each");
         figures.limiter = Some(limiter::run(n).await?);
     }

@@ -21,6 +21,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/bench-idempotency.md"),
     ),
     (
+        "bench-floor.md",
+        include_str!("../../templates/bench-floor.md"),
+    ),
+    (
         "bench-limiter.md",
         include_str!("../../templates/bench-limiter.md"),
     ),
@@ -52,6 +56,8 @@ pub struct Figures {
     /// Which parts ran (2 is part of 1).
     pub parts: BTreeSet<u8>,
     pub idempotency: Option<Idempotency>,
+    /// With part 1: the guarded transfer against the bare transaction.
+    pub floor: Option<super::floor::Floor>,
     pub limiter: Option<Limiter>,
     pub binaries: Option<super::binaries::Figures>,
     /// With parts 1 to 3: the cost per million requests of each kind.
@@ -72,6 +78,7 @@ impl Figures {
             java: o.java.clone(),
             parts: parts.clone(),
             idempotency: None,
+            floor: None,
             limiter: None,
             binaries: None,
             cost: None,

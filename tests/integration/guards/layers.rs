@@ -124,7 +124,10 @@ async fn an_address_limit_counts_every_request_and_a_refusal_never_reaches_the_h
         let body = json_body(&resp);
         assert_eq!(body["addr"], "2001:db8:1:2::/64", "IPv6 counted per /64");
         // The id the handler was given is the one the answer carries.
-        assert_eq!(body["request_id"], resp.headers()["x-request-id"].to_str().unwrap());
+        assert_eq!(
+            body["request_id"],
+            resp.headers()["x-request-id"].to_str().unwrap()
+        );
         let fields = resp.headers()["ratelimit"].to_str().unwrap();
         assert!(fields.starts_with(&format!("\"ip\";r={left};")), "{fields}");
     }
