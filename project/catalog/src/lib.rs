@@ -7,7 +7,7 @@
 //! through them, the CLI resolves the same tables and limits from them, the tests name their
 //! tables with them, xtask reads them directly, and `tollgate catalog --json` prints them
 //! ([`Catalog`] is that JSON's shape). This crate depends on serde alone, so xtask (which never
-//! links the AWS SDK) reads the same constants; `tollgate::catalog` re-exports it.
+//! links the AWS SDK) reads the same constants; `tollgate_functions::catalog` re-exports it.
 //!
 //! Only names live here. What a table looks like is `template.yaml`'s business (read by the
 //! `tollgate-template` crate); what a limit means is `tollgate::ratelimit`'s.

@@ -8,7 +8,7 @@
 //! The template is read into typed structs ([`serde`]); only the table properties are typed,
 //! since the other resources are CloudFormation's business. Table *names* do not come from the
 //! template (it leaves them to CloudFormation and hands them to the functions through `!Ref`);
-//! `tollgate::catalog` maps each logical id to the variable the functions read. Properties
+//! `tollgate_functions::catalog` maps each logical id to the variable the functions read. Properties
 //! that only matter in AWS (deletion protection, point-in-time recovery, retention policies) are
 //! ignored. Properties that would change what the tables can answer (secondary indexes) are
 //! refused rather than silently dropped.
