@@ -24,16 +24,19 @@ use tollgate::config::ConfigError;
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
 use tollgate::idempotency::AbsentKeys;
-use tollgate::layers::{handler_fn, AdmissionSlot, ClientAddress, Methods, RoutePath};
+use tollgate::layers::{
+    handler_fn, CheckLayer, ClientAddress, IdempotencyLayer, Methods, RoutePath,
+};
 use tollgate::ratelimit::Layer;
 use tollgate_functions::catalog;
 use tollgate_functions::serve::{Parts, Stack};
+use tower::util::MapRequestLayer;
 use tower::{ServiceBuilder, ServiceExt};
 
 pub use crate::error::SessionError;
 
 use crate::config::SessionSettings;
-use crate::session::Sessions;
+use crate::session::{SessionKey, Sessions, ValidOnly};
 use crate::upstream::Upstream;
 
 /// The function's names: kill-switch key, rate-limit scope, limits variable, idempotency route.
@@ -80,7 +83,7 @@ impl tollgate_functions::serve::Function for App {
             settings,
             upstream,
             idempotency,
-            absent: AbsentKeys::new(parts.gate.settings().block_cache_capacity),
+            absent: Arc::new(AbsentKeys::new(parts.gate.settings().block_cache_capacity)),
             cooldown: Cooldown::new(parts.clock),
         });
         let gate = Arc::new(parts.gate);
@@ -118,23 +121,43 @@ fn methods(path: &str) -> Option<&'static str> {
 /// internal token in `ip` before refusing it, so guessing the token is limited too.
 fn stack(gate: &Arc<Gate>, sessions: &Arc<Sessions>) -> Stack {
     let session = {
-        let (gate, sessions) = (gate.clone(), sessions.clone());
+        let (on_gate, on_sessions) = (gate.clone(), sessions.clone());
+        let (cooling_gate, cooling) = (gate.clone(), sessions.clone());
+        let parsing = sessions.clone();
+        let store = &sessions.idempotency;
         Stack::new(
             ServiceBuilder::new()
                 .layer(gate.kill_switch_layer())
                 .layer(gate.client_address_layer())
+                .layer(MapRequestLayer::new(move |mut req: Request| {
+                    let parsed = parsing.parse(&req);
+                    req.extensions_mut().insert(parsed);
+                    req
+                }))
+                .layer(IdempotencyLayer::replays(
+                    store.clone(),
+                    SessionKey,
+                    sessions.absent.clone(),
+                    gate.settings().block_cache_max_age,
+                ))
+                .layer(CheckLayer::new(move |_: &Request| {
+                    cooling.cooling_down(&cooling_gate)
+                }))
+                .layer(
+                    gate.rate_limit_layer()
+                        .limit(gate.rate_limit(Layer::Ip), ClientAddress)
+                        .limit(gate.rate_limit(Layer::Global), ValidOnly)
+                        .refund_server_errors(),
+                )
+                .layer(IdempotencyLayer::claims(
+                    store.clone(),
+                    SessionKey,
+                    sessions.lease(),
+                    &[Layer::Global],
+                ))
                 .service(handler_fn(move |req: Request| {
-                    let (gate, sessions) = (gate.clone(), sessions.clone());
-                    async move {
-                        let slot = req.extensions().get::<AdmissionSlot>().cloned();
-                        let mut admission =
-                            slot.as_ref().map(AdmissionSlot::take).unwrap_or_default();
-                        let result = sessions.post(&gate, &req, &mut admission).await;
-                        if let Some(slot) = slot {
-                            slot.put(admission);
-                        }
-                        result
-                    }
+                    let (gate, sessions) = (on_gate.clone(), on_sessions.clone());
+                    async move { sessions.post(&gate, &req).await }
                 })),
         )
     };

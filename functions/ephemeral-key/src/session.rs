@@ -1,29 +1,30 @@
 //! `POST /session`: a short-lived OpenAI Realtime client secret for a browser voice client.
 //!
-//! Anyone may call this route, and every secret it mints costs money, so the order matters:
+//! Anyone may call this route, and every secret it mints costs money, so the order matters.
+//! It is the crate's `stack`, one layer per step, read top to bottom:
 //!
-//! 1. kill switch, client address, internal token (layers, in the crate's `stack`);
-//! 2. the body (an optional voice from the allowlist) and the optional `Idempotency-Key` (one
-//!    key, at least 16 characters), checked here and answered after the `ip` layer;
-//! 3. a valid request whose key this process holds completed (the replay cache) is that answer
-//!    again, here, before the cooldowns and the limits: it calls nothing upstream and costs no
-//!    DynamoDB request, so it needs no quota and no cooldown may hold it back;
-//! 4. cooldowns: while the provider is failing, or refusing our API key, answer 503 at once
-//!    (no quota used, no upstream, SSM or DynamoDB call);
+//! 1. kill switch, client address, internal token;
+//! 2. [`Sessions::parse`]: the body (an optional voice from the allowlist) and the optional
+//!    `Idempotency-Key` (one key, at least 16 characters), put in the extensions as [`Parsed`]
+//!    and answered (400) only after the `ip` layer;
+//! 3. replays ([`tollgate::layers::IdempotencyLayer::replays`]): a valid request whose key this
+//!    process holds completed is that answer again, before the cooldowns and the limits: it
+//!    calls nothing upstream and costs no DynamoDB request, so it needs no quota and no
+//!    cooldown may hold it back. After a 429, a valid keyed request may still be the retry of
+//!    one whose answer was lost: one eventually consistent read of the key's record (none for a
+//!    key this process knows) turns a completed one of the same body into the replay, counting
+//!    nothing (the contract: a replay consumes no quota, even after a layer filled);
+//! 4. cooldowns ([`Sessions::cooling_down`]): while the provider is failing, or refusing our
+//!    API key, answer 503 at once (no quota used, no upstream, SSM or DynamoDB call);
 //! 5. limits: `ip` (skipped for internal callers) counts every request, valid or not (lesson
-//!    002), so a 400 costs its `ip` unit; `global`, the spend cap, counts only valid requests,
-//!    the ones that will call upstream. A valid request with a key that a full layer refuses
-//!    may still be the retry of one whose answer was lost: one eventually consistent read of
-//!    the key's record (none for a key this process knows) turns a completed one of the same
-//!    body into the replay, counting nothing (the contract: a replay consumes no quota, even
-//!    after a layer filled); anything else keeps the 429;
-//! 6. the idempotency claim (two-phase, scoped to the client address): a retry after a lost
-//!    response gets the same unexpired secret back, with all its quota given back; a 409 or 422
-//!    gets its `global` unit back;
-//! 7. the API key (SSM, cached) and the upstream call.
-//!
-//! A failure on our side (upstream, secret store, our tables) gives the caller's quota back, so
-//! an outage never locks a caller out (lesson 000), and frees the idempotency key for a retry.
+//!    002), so a 400 costs its `ip` unit; `global`, the spend cap, counts only valid requests
+//!    ([`ValidOnly`]), the ones that will call upstream. A 5xx below gives every unit back, so
+//!    an outage never locks a caller out (lesson 000);
+//! 6. the idempotency claim (two-phase, scoped to the client address,
+//!    [`tollgate::layers::IdempotencyLayer::claims`]): a retry after a lost response gets the
+//!    same unexpired secret back, with all its quota given back; a 409 or 422 gets its `global`
+//!    unit back; a failure frees the key for a retry;
+//! 7. [`Sessions::post`]: the API key (SSM, cached) and the upstream call.
 
 use http::header::{HeaderValue, CACHE_CONTROL};
 use http::StatusCode;
@@ -35,14 +36,10 @@ use tollgate::config::SecretSource;
 use tollgate::cooldown::Cooldown;
 use tollgate::gate::Gate;
 use tollgate::http::json_response;
-use tollgate::idempotency::{
-    fingerprint, AbsentKeys, Claim, Existing, IdempotencyKey, IdempotencyStore, Lease, Scope,
-    StoredResponse,
-};
+use tollgate::idempotency::{fingerprint, AbsentKeys, IdempotencyKey, IdempotencyStore, Scope};
 use tollgate::internal::secrets_equal;
 use tollgate::json::strict_object;
-use tollgate::layers::Caller;
-use tollgate::ratelimit::{Admission, Decision, Layer};
+use tollgate::layers::{Caller, IdempotentRequest, KeyExtractor, MissingExtension, RecordExpiry};
 use tollgate::ApiError;
 
 use crate::error::SessionError;
@@ -63,7 +60,7 @@ pub struct Sessions {
     pub idempotency: IdempotencyStore,
     /// Keys a refused request was looked up for and found without a record (bounded and
     /// aged like the block cache: `RATE_LIMIT_BLOCK_CACHE_SIZE`, `RATE_LIMIT_BLOCK_CACHE_SECONDS`).
-    pub absent: AbsentKeys,
+    pub absent: std::sync::Arc<AbsentKeys>,
     pub cooldown: Cooldown,
 }
 
@@ -75,135 +72,93 @@ struct Minted<'a> {
     voice: &'a str,
 }
 
+/// What [`Sessions::parse`] made of a request, in its extensions.
+#[derive(Debug, Clone)]
+pub struct Parsed(pub Result<Valid, SessionError>);
+
+/// A valid request: the voice, the body as a value for the fingerprint, and the key if any.
+#[derive(Debug, Clone)]
+pub struct Valid {
+    pub voice: String,
+    pub canonical: Value,
+    pub key: Option<IdempotencyKey>,
+}
+
+/// The spend cap counts valid requests only: an invalid one never calls upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct ValidOnly;
+
+impl KeyExtractor for ValidOnly {
+    fn key(&self, req: &Request) -> Result<Option<String>, MissingExtension> {
+        match req.extensions().get::<Parsed>() {
+            Some(Parsed(Ok(_))) => Ok(Some(String::new())),
+            Some(Parsed(Err(_))) => Ok(None),
+            None => Err(MissingExtension("Parsed")),
+        }
+    }
+}
+
+/// A valid request with a key, scoped to the client address (which others may share behind a
+/// NAT: so the key must be unguessable, see [`Sessions::parse`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionKey;
+
+impl IdempotentRequest for SessionKey {
+    fn identify(&self, req: &Request) -> Result<Option<(Scope, String)>, ApiError> {
+        let (Some(Parsed(Ok(valid))), Some(caller)) = (
+            req.extensions().get::<Parsed>(),
+            req.extensions().get::<Caller>(),
+        ) else {
+            // An invalid request is answered by the route, after the `ip` layer.
+            return Ok(None);
+        };
+        Ok(valid.key.as_ref().map(|key| {
+            (
+                Scope::new(&caller.addr.to_string(), crate::FUNCTION.route, key),
+                fingerprint(&valid.canonical),
+            )
+        }))
+    }
+}
+
 impl Sessions {
-    pub async fn post(
-        &self,
-        gate: &Gate,
-        req: &Request,
-        admission: &mut Admission,
-    ) -> Result<Response<Body>, SessionError> {
-        // The kill switch and the client address ran as layers (the crate's `stack`).
-        let caller = *req.extensions().get::<Caller>().ok_or(ApiError::Internal)?;
-        let ip = caller.addr.to_string();
-        // Validated first but answered after the `ip` layer: an invalid request costs its `ip`
-        // unit (lesson 002) and no `global` unit, since it never calls upstream. A valid one is
-        // counted in both with one check, so a full layer in the block cache costs no write.
-        let parsed = self.parse(gate, req);
-        let keyed = match &parsed {
-            Ok((_, canonical, Some(key))) => Some((
-                Scope::new(&ip, crate::FUNCTION.route, key),
-                fingerprint(canonical),
-            )),
-            _ => None,
+    /// The route's own work, inside every guard: 400 for an invalid request, else the secret.
+    /// The answer carries its record's expiry, the secret's, for the claim around it.
+    pub async fn post(&self, gate: &Gate, req: &Request) -> Result<Response<Body>, SessionError> {
+        let Some(Parsed(parsed)) = req.extensions().get::<Parsed>() else {
+            tracing::error!("POST /session runs inside the parse layer");
+            return Err(ApiError::Internal.into());
         };
-        // The retry of a request this process has answered is that answer again, before any
-        // limit and any cooldown: it calls nothing upstream and costs no DynamoDB request, so
-        // it needs no quota, and a layer that filled since must not refuse it.
-        if let Some((scope, fingerprint)) = &keyed {
-            if let Some(Existing::Replay(stored)) = self.idempotency.cached(scope, fingerprint) {
-                tracing::info!(
-                    decision = "replayed",
-                    source = "replay_cache",
-                    "idempotent replay"
-                );
-                return Ok(stored.replay());
-            }
-        }
-        self.cooling_down(gate)?;
-        let layers: &[(Layer, &str)] = match parsed {
-            Ok(_) => &[(Layer::Ip, &ip), (Layer::Global, "")],
-            Err(_) => &[(Layer::Ip, &ip)],
-        };
-        if let Err(refused) = gate.limit(admission, &caller, layers).await {
-            if let (ApiError::RateLimited(decision), Some((scope, fingerprint))) =
-                (&refused, &keyed)
-            {
-                if let Some(stored) = self
-                    .replay_refused(gate, scope, fingerprint, decision)
-                    .await
-                {
-                    return Ok(stored.replay());
-                }
-            }
-            return Err(refused.into());
-        }
-        let (voice, _, _) = parsed?;
-
-        let lease = match &keyed {
-            None => None,
-            Some((scope, fingerprint)) => {
-                // A duplicate this process has seen completed since the check above, or seen
-                // with another body, is answered without a claim.
-                let found = match self.idempotency.cached(scope, fingerprint) {
-                    Some(existing) => Ok(Claim::Existing(existing)),
-                    None => {
-                        let lease = self.lease();
-                        self.idempotency.claim(scope, fingerprint, lease).await
-                    }
-                };
-                match found {
-                    Ok(Claim::Acquired(lease)) => Some(lease),
-                    Ok(Claim::Existing(existing)) => {
-                        match existing {
-                            Existing::Replay(_) => {
-                                // The retry of a request that already got its secret uses no
-                                // quota.
-                                gate.refund(admission).await;
-                                tracing::info!(decision = "replayed", "idempotent replay");
-                            }
-                            // 409 or 422: no upstream call, so no spend; the address's unit
-                            // stays spent, as for any refused request.
-                            Existing::InProgress { .. } | Existing::KeyReused => {
-                                gate.refund_layer(admission, Layer::Global).await;
-                            }
-                        }
-                        return existing.into_result();
-                    }
-                    Err(e) => {
-                        gate.refund(admission).await;
-                        return Err(e.into());
-                    }
-                }
-            }
-        };
-
-        match self.mint(gate, &voice).await {
-            Ok(secret) => {
-                let response = self.minted(&secret, &voice);
-                if let Some(lease) = &lease {
-                    self.complete(lease, &response, secret.expires_at).await;
-                }
-                Ok(response)
-            }
-            Err(e) => {
-                if let Some(lease) = &lease {
-                    if let Err(release) = self.idempotency.release(lease).await {
-                        tracing::warn!(error = %release, "could not release the idempotency key; it frees itself when the lease ends");
-                    }
-                }
-                gate.refund(admission).await;
-                Err(e)
-            }
-        }
+        let valid = parsed.clone()?;
+        let secret = self.mint(gate, &valid.voice).await?;
+        let mut response = self.minted(&secret, &valid.voice);
+        response
+            .extensions_mut()
+            .insert(RecordExpiry(secret.expires_at));
+        Ok(response)
     }
 
     /// The voice, the body as a value for the fingerprint, and the `Idempotency-Key` if any.
-    fn parse(
-        &self,
-        gate: &Gate,
-        req: &Request,
-    ) -> Result<(String, Value, Option<IdempotencyKey>), SessionError> {
-        let (voice, canonical) = self.voice(gate.body(req)?)?;
+    pub fn parse(&self, req: &Request) -> Parsed {
+        Parsed(self.parse_valid(req))
+    }
+
+    fn parse_valid(&self, req: &Request) -> Result<Valid, SessionError> {
+        let (voice, canonical) = self.voice(req.body().as_ref())?;
         // Scoped to the address, which others may share (a NAT): a guessable key would hand
         // one person's secret to another, so it must be long.
         let key = IdempotencyKey::from_headers(req.headers())?
             .map(IdempotencyKey::unguessable)
             .transpose()?;
-        Ok((voice, canonical, key))
+        Ok(Valid {
+            voice,
+            canonical,
+            key,
+        })
     }
 
     /// 503 while a cooldown runs: the upstream failing, or refusing our API key.
-    fn cooling_down(&self, gate: &Gate) -> Result<(), SessionError> {
+    pub fn cooling_down(&self, gate: &Gate) -> Result<(), SessionError> {
         let waits = [
             (UPSTREAM, "upstream_cooldown"),
             (UPSTREAM_KEY, "upstream_key_cooldown"),
@@ -220,38 +175,8 @@ impl Sessions {
         }
     }
 
-    /// For a valid request with a key that a limit refused: the stored secret if the key's
-    /// first request got it (its answer lost), else `None` and the 429 stands. One eventually
-    /// consistent read at most, none for a key this process already knows; a key found without
-    /// a record is remembered as long as the block cache remembers the refusal, so a repeated
-    /// fresh key costs no second read. Another body or a request still in progress keeps the
-    /// 429 rather than a 422 or 409: the layer is full either way, and the answer should not
-    /// depend on what the store holds under a key the limits refused.
-    async fn replay_refused(
-        &self,
-        gate: &Gate,
-        scope: &Scope,
-        fingerprint: &str,
-        refusal: &Decision,
-    ) -> Option<StoredResponse> {
-        let max_age = gate.settings().block_cache_max_age.as_millis() as u64;
-        let until = refusal
-            .reset_at_ms
-            .min(refusal.now_ms.saturating_add(max_age));
-        let stored = self
-            .idempotency
-            .replay_refused(scope, fingerprint, &self.absent, until)
-            .await?;
-        tracing::info!(
-            decision = "replayed",
-            layer = %refusal.limit.layer(),
-            "idempotent replay of a request a full layer refused"
-        );
-        Some(stored)
-    }
-
     /// The lease of a claim: long enough for a secret fetch and two upstream calls.
-    fn lease(&self) -> std::time::Duration {
+    pub fn lease(&self) -> std::time::Duration {
         self.settings.upstream_timeout * 2 + std::time::Duration::from_secs(5)
     }
 
@@ -380,18 +305,5 @@ impl Sessions {
             .headers_mut()
             .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         response
-    }
-
-    /// Stores the response under the key until the secret expires.
-    async fn complete(&self, lease: &Lease, response: &Response<Body>, expires_at: u64) {
-        let stored = StoredResponse::capture(response);
-        if let Err(e) = self
-            .idempotency
-            .complete(lease, &stored, Some(expires_at))
-            .await
-        {
-            // The client has its secret; a retry after the lease ends would mint another.
-            tracing::warn!(error = %e, "could not store the minted secret under the idempotency key");
-        }
     }
 }

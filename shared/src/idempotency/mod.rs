@@ -203,7 +203,7 @@ impl IdempotencyStore {
         &self.table
     }
 
-    fn now_ms(&self) -> UnixMillis {
+    pub(crate) fn now_ms(&self) -> UnixMillis {
         self.clock.now_ms()
     }
 

@@ -16,6 +16,8 @@
 //! | [`KillSwitchLayer`] | 403 `service_disabled`, 503 when the switch cannot be read | `Retry-After` on 503 | nothing |
 //! | [`ClientAddressLayer`] | 400/403 (no trustworthy address), 503 (origin secret unreadable) | | [`Caller`] |
 //! | [`RateLimitLayer`] | 429, 503 when the counters cannot be written | `Retry-After`, `RateLimit*` | [`Admitted`] |
+//! | [`IdempotencyLayer::replays`] | the stored answer of a retry (from memory; after a 429, from the table) | `Idempotent-Replayed: true` | nothing |
+//! | [`IdempotencyLayer::claims`] | the stored answer, 409 (`Retry-After`), 422, 400 for a malformed key, 503 when the table fails | `Idempotent-Replayed: true`, `Retry-After` | nothing |
 //!
 //! Ordering rules, and why:
 //!
@@ -37,7 +39,9 @@
 //! (ours treats it as not listed).
 
 mod address;
+mod check;
 mod cors;
+mod idempotency;
 mod kill_switch;
 mod rate_limit;
 mod respond;
@@ -50,7 +54,12 @@ use std::task::{Context, Poll};
 use lambda_http::{Body, Request, Response};
 
 pub use address::{Caller, ClientAddressLayer, ClientAddressService, ClientAddressSource};
+pub use check::{CheckLayer, CheckService};
 pub use cors::{CorsLayer, CorsService};
+pub use idempotency::{
+    IdempotencyLayer, IdempotencyService, IdempotentRequest, InProgress, KeyedJson, RecordExpiry,
+    ReplayHook,
+};
 pub use kill_switch::{KillSwitchLayer, KillSwitchService};
 pub use rate_limit::{
     AdmissionSlot, Admitted, ClientAddress, Global, Identity, KeyExtractor, MissingExtension,

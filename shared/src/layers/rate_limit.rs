@@ -180,6 +180,7 @@ pub struct RateLimitLayer {
     limits: Vec<(RateLimit, Arc<dyn KeyExtractor>)>,
     known_full_only: bool,
     only_if: Option<Condition>,
+    refund_server_errors: bool,
 }
 
 impl std::fmt::Debug for RateLimitLayer {
@@ -202,6 +203,7 @@ impl RateLimitLayer {
             limits: Vec::new(),
             known_full_only: false,
             only_if: None,
+            refund_server_errors: false,
         }
     }
 
@@ -216,6 +218,14 @@ impl RateLimitLayer {
     /// Refuse only what the block cache knows is full; count nothing.
     pub fn known_full_only(mut self) -> Self {
         self.known_full_only = true;
+        self
+    }
+
+    /// Give back every unit the request holds in this stack when the inner service answers
+    /// with a 5xx: a failure on our side (a provider, our tables) costs the caller nothing, so
+    /// an outage never locks a caller out (lesson 000).
+    pub fn refund_server_errors(mut self) -> Self {
+        self.refund_server_errors = true;
         self
     }
 
@@ -237,6 +247,7 @@ impl<S> Layer<S> for RateLimitLayer {
             limits: self.limits.clone().into(),
             known_full_only: self.known_full_only,
             only_if: self.only_if.clone(),
+            refund_server_errors: self.refund_server_errors,
         }
     }
 }
@@ -249,6 +260,7 @@ pub struct RateLimitService<S> {
     limits: Limits,
     known_full_only: bool,
     only_if: Option<Condition>,
+    refund_server_errors: bool,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for RateLimitService<S> {
@@ -280,6 +292,7 @@ where
         let limiter = self.limiter.clone();
         let limits = self.limits.clone();
         let known_full_only = self.known_full_only;
+        let refund_server_errors = self.refund_server_errors;
         let applies = self
             .only_if
             .as_ref()
@@ -328,8 +341,13 @@ where
                 }
             }
             drop(checks);
-            req.extensions_mut().insert(Admitted { limiter, slot });
-            inner.call(req).await
+            let admitted = Admitted { limiter, slot };
+            req.extensions_mut().insert(admitted.clone());
+            let response = inner.call(req).await?;
+            if refund_server_errors && response.status().is_server_error() {
+                admitted.refund().await;
+            }
+            Ok(response)
         })
     }
 }
