@@ -3,6 +3,7 @@
 mod client_address;
 mod cors;
 mod fault_proxy;
+mod idempotency_layer;
 mod internal_callers;
 mod kill_switch;
 mod late_writes;
