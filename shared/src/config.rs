@@ -19,7 +19,8 @@ use crate::ratelimit::RateLimits;
 #[derive(Debug, thiserror::Error)]
 #[error("configuration variable {var}: {reason}")]
 pub struct ConfigError {
-    /// The environment variable at fault.
+    /// The environment variable at fault (from [`GuardSettings::from_env`]), or the setting
+    /// (from [`GuardSettingsBuilder::build`]).
     pub var: String,
     /// What is wrong with it.
     pub reason: String,
@@ -194,46 +195,200 @@ impl GuardSettings {
             ));
         }
         let base_path = env.string_or("BASE_PATH", "");
-        if !base_path.is_empty() && (!base_path.starts_with('/') || base_path.ends_with('/')) {
-            return Err(ConfigError::new(
-                "BASE_PATH",
-                "must start with '/' and not end with '/' (e.g. /api), or be empty",
-            ));
-        }
-        let max_body_bytes: usize = env.parse_or("MAX_BODY_BYTES", 16 * 1024)?;
-        if max_body_bytes == 0 {
-            return Err(ConfigError::new("MAX_BODY_BYTES", "must be greater than 0"));
-        }
-        let block_cache_capacity: usize = env.parse_or("RATE_LIMIT_BLOCK_CACHE_SIZE", 10_000)?;
+        check_base_path(&base_path).map_err(|reason| ConfigError::new("BASE_PATH", reason))?;
+        let max_body_bytes: usize = env.parse_or("MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)?;
+        check_max_body_bytes(max_body_bytes)
+            .map_err(|reason| ConfigError::new("MAX_BODY_BYTES", reason))?;
         let cors = Cors::parse(env.get(ORIGINS_VAR).unwrap_or_default())
             .map_err(|reason| ConfigError::new(ORIGINS_VAR, reason))?;
-        Ok(Self {
-            function: function.to_string(),
-            client_ip_source,
-            rate_limits,
-            kill_switch_cache: env.seconds_or("KILL_SWITCH_CACHE_SECONDS", 5, 0)?,
-            kill_switch_stale: env.seconds_or(
+        let mut builder = Self::builder(
+            function,
+            env.required(RATE_LIMIT_TABLE_VAR)?,
+            env.required(CONTROL_TABLE_VAR)?,
+        )
+        .rate_limits(rate_limits)
+        .client_ip_source(client_ip_source, origin_verify_secret)
+        .kill_switch_cache(
+            env.seconds_or("KILL_SWITCH_CACHE_SECONDS", 5, 0)?,
+            env.seconds_or(
                 "KILL_SWITCH_STALE_SECONDS",
                 crate::kill_switch::DEFAULT_STALE_WINDOW.as_secs(),
                 0,
             )?,
-            secrets_ttl: env.seconds_or("SECRETS_TTL_SECONDS", 300, 0)?,
-            secrets_cooldown: env.seconds_or("SECRETS_COOLDOWN_SECONDS", 5, 1)?,
-            rate_limit_table: env.required(RATE_LIMIT_TABLE_VAR)?,
-            control_table: env.required(CONTROL_TABLE_VAR)?,
-            internal_token: env.secret_source("INTERNAL_TOKEN")?,
-            origin_verify_secret,
-            max_body_bytes,
-            base_path,
-            block_cache_capacity,
-            block_cache_max_age: env.seconds_or(
+        )
+        .secrets_cache(
+            env.seconds_or("SECRETS_TTL_SECONDS", 300, 0)?,
+            env.seconds_or("SECRETS_COOLDOWN_SECONDS", 5, 1)?,
+        )
+        .internal_token(env.secret_source("INTERNAL_TOKEN")?)
+        .max_body_bytes(max_body_bytes)
+        .base_path(&base_path)
+        .block_cache(
+            env.parse_or("RATE_LIMIT_BLOCK_CACHE_SIZE", DEFAULT_BLOCK_CACHE_SIZE)?,
+            env.seconds_or(
                 "RATE_LIMIT_BLOCK_CACHE_SECONDS",
                 crate::ratelimit::DEFAULT_BLOCK_CACHE_MAX_AGE.as_secs(),
                 0,
             )?,
-            cors,
-            metrics_namespace: env.get(METRICS_NAMESPACE_VAR).map(|n| n.trim().to_string()),
+        )
+        .cors(cors);
+        if let Some(namespace) = env.get(METRICS_NAMESPACE_VAR) {
+            builder = builder.metrics_namespace(namespace.trim());
+        }
+        builder.build()
+    }
+
+    /// Settings for `function` (its kill-switch key, its counters' scope, its metrics
+    /// dimension) over the two tables, with every other setting at its default until a
+    /// [`GuardSettingsBuilder`] method says otherwise: no limit, the peer's address, a 5 s
+    /// kill-switch cache served stale for 60 s, secrets cached 300 s with a 5 s cooldown,
+    /// 16 KiB bodies, a block cache of 10,000 keys for 5 s at most, no CORS, no metrics.
+    pub fn builder(
+        function: &str,
+        rate_limit_table: impl Into<String>,
+        control_table: impl Into<String>,
+    ) -> GuardSettingsBuilder {
+        GuardSettingsBuilder(GuardSettings {
+            function: function.to_string(),
+            client_ip_source: ClientIpSource::Peer,
+            rate_limits: RateLimits::default(),
+            kill_switch_cache: Duration::from_secs(5),
+            kill_switch_stale: crate::kill_switch::DEFAULT_STALE_WINDOW,
+            secrets_ttl: Duration::from_secs(300),
+            secrets_cooldown: Duration::from_secs(5),
+            rate_limit_table: rate_limit_table.into(),
+            control_table: control_table.into(),
+            internal_token: None,
+            origin_verify_secret: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            base_path: String::new(),
+            block_cache_capacity: DEFAULT_BLOCK_CACHE_SIZE,
+            block_cache_max_age: crate::ratelimit::DEFAULT_BLOCK_CACHE_MAX_AGE,
+            cors: Cors::default(),
+            metrics_namespace: None,
         })
+    }
+}
+
+/// The largest body a guarded route reads by default (16 KiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024;
+/// Keys remembered as full per process by default.
+pub const DEFAULT_BLOCK_CACHE_SIZE: usize = 10_000;
+
+fn check_base_path(base_path: &str) -> Result<(), &'static str> {
+    if !base_path.is_empty() && (!base_path.starts_with('/') || base_path.ends_with('/')) {
+        return Err("must start with '/' and not end with '/' (e.g. /api), or be empty");
+    }
+    Ok(())
+}
+
+fn check_max_body_bytes(max: usize) -> Result<(), &'static str> {
+    match max {
+        0 => Err("must be greater than 0"),
+        _ => Ok(()),
+    }
+}
+
+/// [`GuardSettings`] built in code rather than read from the environment: typed values, checked
+/// once by [`GuardSettingsBuilder::build`], whose errors name the setting.
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build()"]
+pub struct GuardSettingsBuilder(GuardSettings);
+
+impl GuardSettingsBuilder {
+    /// The limits, e.g. `"ip=10/1h,global=2000/1d".parse()?` (the syntax of
+    /// [`RateLimits::parse`]).
+    pub fn rate_limits(mut self, limits: RateLimits) -> Self {
+        self.0.rate_limits = limits;
+        self
+    }
+
+    /// Where the client address comes from; `Cloudfront` needs the origin-verify secret.
+    pub fn client_ip_source(
+        mut self,
+        source: ClientIpSource,
+        origin_verify_secret: Option<SecretSource>,
+    ) -> Self {
+        self.0.client_ip_source = source;
+        self.0.origin_verify_secret = origin_verify_secret;
+        self
+    }
+
+    /// How long a kill-switch state is cached (the longest a flip takes to apply), and how
+    /// long past that the last state read keeps serving while the control table fails.
+    pub fn kill_switch_cache(mut self, cache: Duration, stale: Duration) -> Self {
+        self.0.kill_switch_cache = cache;
+        self.0.kill_switch_stale = stale;
+        self
+    }
+
+    /// How long a secret is cached, and the pause after a failing secret store.
+    pub fn secrets_cache(mut self, ttl: Duration, cooldown: Duration) -> Self {
+        self.0.secrets_ttl = ttl;
+        self.0.secrets_cooldown = cooldown;
+        self
+    }
+
+    /// The secret our own services present in `X-Internal-Token` (none: no internal callers).
+    pub fn internal_token(mut self, token: Option<SecretSource>) -> Self {
+        self.0.internal_token = token;
+        self
+    }
+
+    /// The largest body a route reads (413 beyond).
+    pub fn max_body_bytes(mut self, max: usize) -> Self {
+        self.0.max_body_bytes = max;
+        self
+    }
+
+    /// The prefix stripped before routing (`/api` behind CloudFront; empty: none).
+    pub fn base_path(mut self, base_path: &str) -> Self {
+        self.0.base_path = base_path.to_string();
+        self
+    }
+
+    /// Keys remembered as full per process (0: off), and for how long at most (which bounds
+    /// how long an operator's reset takes to reach a warm process).
+    pub fn block_cache(mut self, capacity: usize, max_age: Duration) -> Self {
+        self.0.block_cache_capacity = capacity;
+        self.0.block_cache_max_age = max_age;
+        self
+    }
+
+    /// The origins whose pages may call the API.
+    pub fn cors(mut self, cors: Cors) -> Self {
+        self.0.cors = cors;
+        self
+    }
+
+    /// Writes metric lines in this CloudWatch namespace.
+    pub fn metrics_namespace(mut self, namespace: &str) -> Self {
+        self.0.metrics_namespace = Some(namespace.to_string());
+        self
+    }
+
+    /// The settings, or the first one that cannot be used.
+    pub fn build(self) -> Result<GuardSettings, ConfigError> {
+        let s = self.0;
+        if s.client_ip_source == ClientIpSource::Cloudfront && s.origin_verify_secret.is_none() {
+            return Err(ConfigError::new(
+                "client_ip_source",
+                "cloudfront needs the origin-verify secret",
+            ));
+        }
+        check_base_path(&s.base_path).map_err(|r| ConfigError::new("base_path", r))?;
+        check_max_body_bytes(s.max_body_bytes)
+            .map_err(|r| ConfigError::new("max_body_bytes", r))?;
+        for (name, value) in [
+            ("rate_limit_table", &s.rate_limit_table),
+            ("control_table", &s.control_table),
+            ("function", &s.function),
+        ] {
+            if value.trim().is_empty() {
+                return Err(ConfigError::new(name, "must not be empty"));
+            }
+        }
+        Ok(s)
     }
 }
 
@@ -276,6 +431,30 @@ mod tests {
             !s.cors.is_enabled(),
             "CORS is off unless origins are listed"
         );
+    }
+
+    #[test]
+    fn the_builder_has_the_environments_defaults_and_names_a_bad_setting() {
+        let built = GuardSettings::builder("my-function", "limits", "control")
+            .rate_limits(DEFAULT_LIMITS.parse().unwrap())
+            .build()
+            .unwrap();
+        let read = settings(&[]).unwrap();
+        assert_eq!(format!("{built:?}"), format!("{read:?}"));
+        let err = GuardSettings::builder("f", "limits", "control")
+            .base_path("api/")
+            .build()
+            .unwrap_err();
+        assert_eq!(err.var, "base_path");
+        let err = GuardSettings::builder("f", "limits", "control")
+            .client_ip_source(ClientIpSource::Cloudfront, None)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.var, "client_ip_source");
+        let err = GuardSettings::builder("f", "", "control")
+            .build()
+            .unwrap_err();
+        assert_eq!(err.var, "rate_limit_table");
     }
 
     #[test]

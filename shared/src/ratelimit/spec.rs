@@ -318,6 +318,15 @@ pub struct RateLimits {
 /// The value that marks a layer as deliberately unlimited.
 const OFF: &str = "off";
 
+impl FromStr for RateLimits {
+    type Err = SpecError;
+
+    /// [`RateLimits::parse`].
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        Self::parse(s)
+    }
+}
+
 impl RateLimits {
     /// Parses a comma-separated list of `layer=N/<window>` or `layer=off`; each layer at most
     /// once, and at least one entry.
