@@ -68,7 +68,9 @@ pub use key::{
     IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, MAX_KEY_LEN, MIN_UNGUESSABLE_KEY_LEN,
 };
 pub use peek::AbsentKeys;
-pub use record::{Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER};
+pub use record::{
+    Attributes, Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER,
+};
 pub use replays::{ReplayCache, DEFAULT_REPLAY_CACHE_SIZE};
 pub use transaction::{
     Explained, Outcome, TransactionEffect, TransactionError, ANSWER_BY, MAX_ATTEMPTS, SENDS_END,
@@ -149,6 +151,7 @@ pub struct IdempotencyStore {
     ttl: Duration,
     /// Shared by the store's clones.
     replays: Arc<ReplayCache>,
+    attributes: Arc<Attributes>,
 }
 
 impl IdempotencyStore {
@@ -160,7 +163,34 @@ impl IdempotencyStore {
             clock,
             ttl,
             replays: Arc::new(ReplayCache::new(0)),
+            attributes: Arc::new(Attributes::default()),
         }
+    }
+
+    /// Keeps the records under these attribute names (a table of its own needs none: `pk` and
+    /// `expires_at`; an existing single-table design names its own key, sort key, prefix and
+    /// TTL attribute).
+    pub fn with_attributes(mut self, attributes: Attributes) -> Self {
+        self.attributes = Arc::new(attributes);
+        self
+    }
+
+    /// The item key of the record for `scope_pk` (a [`Scope::pk`]).
+    fn key(&self, scope_pk: &str) -> HashMap<String, AttributeValue> {
+        let a = &self.attributes;
+        let mut key = HashMap::from([(
+            a.partition_key.clone(),
+            AttributeValue::S(format!("{}{scope_pk}", a.key_prefix)),
+        )]);
+        if let Some((name, value)) = &a.sort_key {
+            key.insert(name.clone(), AttributeValue::S(value.clone()));
+        }
+        key
+    }
+
+    /// A record as stored under this store's attribute names.
+    pub(crate) fn record(&self, item: &HashMap<String, AttributeValue>) -> Option<Record> {
+        Record::from_item_with(item, &self.attributes.expires_at)
     }
 
     /// Keeps up to `capacity` completed responses in process (0: none).
@@ -221,10 +251,13 @@ impl IdempotencyStore {
         by: Option<&WrittenBy>,
     ) -> HashMap<String, AttributeValue> {
         let mut item = HashMap::new();
-        item.insert(PK.into(), AttributeValue::S(scope.pk().into()));
+        item.extend(self.key(scope.pk()));
         item.insert(STATE.into(), AttributeValue::S(COMPLETED.into()));
         item.insert(FINGERPRINT.into(), AttributeValue::S(fingerprint.into()));
-        item.insert(EXPIRES_AT.into(), AttributeValue::N(expires_at.to_string()));
+        item.insert(
+            self.attributes.expires_at.clone(),
+            AttributeValue::N(expires_at.to_string()),
+        );
         if let Some(by) = by {
             item.insert(WRITTEN_BY.into(), AttributeValue::S(by.as_str().into()));
         }
@@ -268,8 +301,8 @@ impl IdempotencyStore {
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression(CLAIMABLE)
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .expression_attribute_names("#pk", &self.attributes.partition_key)
+            .expression_attribute_names("#expires_at", &self.attributes.expires_at)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (k, v) in self.claimable_values() {
             put = put.expression_attribute_values(k, v);
@@ -287,7 +320,7 @@ impl IdempotencyStore {
         reason: &CancellationReason,
         fingerprint: &str,
     ) -> Option<Existing> {
-        let record = Record::from_item(reason.item()?)?;
+        let record = self.record(reason.item()?)?;
         let now = self.now_ms();
         if !record.is_live(now) {
             return None;
@@ -329,8 +362,8 @@ impl IdempotencyStore {
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression(CLAIMABLE)
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .expression_attribute_names("#pk", &self.attributes.partition_key)
+            .expression_attribute_names("#expires_at", &self.attributes.expires_at)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (k, v) in self.claimable_values() {
             req = req.expression_attribute_values(k, v);
@@ -355,7 +388,7 @@ impl IdempotencyStore {
             }) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 let existing = match e.err() {
                     PutItemError::ConditionalCheckFailedException(c) => {
-                        c.item().and_then(Record::from_item).inspect(|r| {
+                        c.item().and_then(|item| self.record(item)).inspect(|r| {
                             self.remember_record(scope, r);
                         })
                     }
@@ -401,7 +434,7 @@ impl IdempotencyStore {
             .ddb
             .get_item()
             .table_name(&self.table)
-            .key(PK, AttributeValue::S(scope.pk().into()))
+            .set_key(Some(self.key(scope.pk())))
             .consistent_read(true);
         let out = match one_attempt {
             Some(within) => {
@@ -428,7 +461,7 @@ impl IdempotencyStore {
         match item {
             None => Ok(None),
             // A record that exists but cannot be read is not "no record": say so.
-            Some(item) => match Record::from_item(item) {
+            Some(item) => match self.record(item) {
                 Some(r) => Ok(Some(r).filter(|r| r.is_live(now))),
                 None => Err(store_error("read", MalformedRecord)),
             },
@@ -451,7 +484,7 @@ impl IdempotencyStore {
             .ddb
             .put_item()
             .table_name(&self.table)
-            .item(PK, AttributeValue::S(scope.pk().into()))
+            .set_item(Some(self.key(scope.pk())))
             .item(STATE, AttributeValue::S(IN_PROGRESS.into()))
             .item(FINGERPRINT, AttributeValue::S(fingerprint.into()))
             .item(OWNER, AttributeValue::S(owner.clone()))
@@ -459,12 +492,15 @@ impl IdempotencyStore {
                 LEASE_UNTIL_MS,
                 AttributeValue::N(lease_until_ms.to_string()),
             )
-            .item(EXPIRES_AT, AttributeValue::N(self.expires_at().to_string()))
+            .item(
+                &self.attributes.expires_at,
+                AttributeValue::N(self.expires_at().to_string()),
+            )
             .condition_expression(format!(
                 "{CLAIMABLE} OR (#state = :in_progress AND #lease <= :now_ms)"
             ))
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .expression_attribute_names("#pk", &self.attributes.partition_key)
+            .expression_attribute_names("#expires_at", &self.attributes.expires_at)
             .expression_attribute_names("#state", STATE)
             .expression_attribute_names("#lease", LEASE_UNTIL_MS)
             .expression_attribute_values(":now_s", AttributeValue::N((now / 1000).to_string()))
@@ -492,7 +528,7 @@ impl IdempotencyStore {
             }) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 let record = match e.err() {
                     PutItemError::ConditionalCheckFailedException(c) => {
-                        c.item().and_then(Record::from_item)
+                        c.item().and_then(|item| self.record(item))
                     }
                     _ => None,
                 };
@@ -565,7 +601,7 @@ impl IdempotencyStore {
             .ddb
             .update_item()
             .table_name(&self.table)
-            .key(PK, AttributeValue::S(lease.pk.clone()))
+            .set_key(Some(self.key(&lease.pk)))
             .update_expression(
                 "SET #state = :completed, #status = :status, #headers = :headers, #body = :body, #expires_at = :expires_at REMOVE #owner, #lease",
             )
@@ -574,7 +610,7 @@ impl IdempotencyStore {
             .expression_attribute_names("#status", STATUS)
             .expression_attribute_names("#headers", HEADERS)
             .expression_attribute_names("#body", BODY)
-            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .expression_attribute_names("#expires_at", &self.attributes.expires_at)
             .expression_attribute_names("#owner", OWNER)
             .expression_attribute_names("#lease", LEASE_UNTIL_MS)
             .expression_attribute_values(":completed", AttributeValue::S(COMPLETED.into()))
@@ -609,7 +645,7 @@ impl IdempotencyStore {
             }) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
                 let found = match e.err() {
                     UpdateItemError::ConditionalCheckFailedException(c) => {
-                        c.item().and_then(Record::from_item)
+                        c.item().and_then(|item| self.record(item))
                     }
                     _ => None,
                 };
@@ -637,7 +673,7 @@ impl IdempotencyStore {
             .ddb
             .delete_item()
             .table_name(&self.table)
-            .key(PK, AttributeValue::S(lease.pk.clone()))
+            .set_key(Some(self.key(&lease.pk)))
             .condition_expression("#owner = :owner AND #state = :in_progress")
             .expression_attribute_names("#owner", OWNER)
             .expression_attribute_names("#state", STATE)

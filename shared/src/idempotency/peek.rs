@@ -17,12 +17,10 @@
 //! well past the second or so a replica takes to catch up. Should the read still miss it, the
 //! client gets the 429 it would have got anyway.
 
-use aws_sdk_dynamodb::types::AttributeValue;
-
 use crate::clock::UnixMillis;
 use crate::expiring::Expiring;
 
-use super::record::{Record, RecordState, Scope, StoredResponse, PK};
+use super::record::{Record, RecordState, Scope, StoredResponse};
 use super::{IdempotencyError, IdempotencyStore};
 
 /// Keys a refused request was looked up for and found without a live record, per process, so a
@@ -122,7 +120,7 @@ impl IdempotencyStore {
             .ddb
             .get_item()
             .table_name(&self.table)
-            .key(PK, AttributeValue::S(scope.pk().into()))
+            .set_key(Some(self.key(scope.pk())))
             .consistent_read(false)
             .customize()
             .config_override(crate::aws::dynamodb_one_attempt())
@@ -131,7 +129,8 @@ impl IdempotencyStore {
             .map_err(|e| store_error(Box::new(e)))?;
         match out.item() {
             None => Ok(None),
-            Some(item) => Record::from_item(item)
+            Some(item) => self
+                .record(item)
                 .map(Some)
                 .ok_or_else(|| store_error("malformed idempotency record".into())),
         }

@@ -31,6 +31,33 @@ pub(crate) const WRITTEN_BY: &str = "written_by";
 pub(crate) const COMPLETED: &str = "COMPLETED";
 pub(crate) const IN_PROGRESS: &str = "IN_PROGRESS";
 
+/// The attribute names the records are kept under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributes {
+    /// The table's partition key (string).
+    pub partition_key: String,
+    /// The table's sort key and the value every record has in it, if the table has one.
+    pub sort_key: Option<(String, String)>,
+    /// Prepended to every record's partition key, so the records cannot collide with the
+    /// table's other items (`IDEMPOTENCY#`, say).
+    pub key_prefix: String,
+    /// The table's TTL attribute (a number of seconds): DynamoDB allows one per table, so the
+    /// records use the table's.
+    pub expires_at: String,
+}
+
+impl Default for Attributes {
+    /// A table of the records' own: partition key `pk`, TTL attribute `expires_at`.
+    fn default() -> Self {
+        Self {
+            partition_key: PK.into(),
+            sort_key: None,
+            key_prefix: String::new(),
+            expires_at: EXPIRES_AT.into(),
+        }
+    }
+}
+
 /// Where a key lives: one client, one method and route, one key. Two clients may use the same
 /// key; one client may use the same key on two routes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,8 +206,16 @@ pub enum RecordState {
 impl Record {
     /// Parses an item; `None` for an item that is not a well-formed record.
     pub fn from_item(item: &HashMap<String, AttributeValue>) -> Option<Self> {
+        Self::from_item_with(item, EXPIRES_AT)
+    }
+
+    /// As [`Self::from_item`], for a table whose TTL attribute is `expires_at`.
+    pub fn from_item_with(
+        item: &HashMap<String, AttributeValue>,
+        expires_at: &str,
+    ) -> Option<Self> {
         let fingerprint = item.get(FINGERPRINT)?.as_s().ok()?.clone();
-        let expires_at = item.get(EXPIRES_AT)?.as_n().ok()?.parse().ok()?;
+        let expires_at = item.get(expires_at)?.as_n().ok()?.parse().ok()?;
         let state = match item.get(STATE)?.as_s().ok()?.as_str() {
             COMPLETED => RecordState::Completed(StoredResponse::from_item(item)?),
             IN_PROGRESS => RecordState::InProgress {

@@ -599,7 +599,7 @@ impl IdempotencyStore {
 
     /// The live record in a cancellation reason of the key's item, kept in the replay cache.
     fn live_record_in(&self, scope: &Scope, reason: &CancellationReason) -> Option<Record> {
-        let record = Record::from_item(reason.item()?)?;
+        let record = self.record(reason.item()?)?;
         if !record.is_live(self.now_ms()) {
             return None;
         }

@@ -14,5 +14,6 @@ mod rate_limits;
 mod request_counts;
 mod secrets;
 mod shards;
+mod single_table;
 mod transaction;
 mod windows;
