@@ -2,8 +2,8 @@
 //!
 //! Each boundary has its own error type (the limiter, the secret store, the kill switch, the
 //! client address) and converts into [`ApiError`], the errors any function may answer. Each
-//! function adds its own enum for what only it answers (the transfer function's
-//! `insufficient_funds`, ...). All of them implement [`ClientError`]: they say *what* the client
+//! function adds its own enum for what only it answers (a payments function's
+//! `insufficient_funds`, say). All of them implement [`ClientError`]: they say *what* the client
 //! is told (an [`Answer`]: status, code, title, detail, `Retry-After`), and
 //! [`ClientError::to_response`] here writes *how* (the contract's `application/problem+json`
 //! body, RFC 9457, and its headers), so the shape cannot differ between functions.
@@ -323,7 +323,7 @@ impl ClientError for ApiError {
 
 /// `impl From<E> for Target` through [`ApiError`] for each `E`, so `?` lifts the library's
 /// errors into a function's own error enum (which must be `From<ApiError>`) in one step:
-/// `tollgate::lift_api_errors!(TransferError: ClientStoreError, KeyError);`.
+/// `tollgate::lift_api_errors!(OrderError: KeyError, SecretError);`.
 #[macro_export]
 macro_rules! lift_api_errors {
     ($target:ty: $($error:ty),* $(,)?) => {$(

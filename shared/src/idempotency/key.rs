@@ -9,7 +9,7 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Longest key accepted.
 pub const MAX_KEY_LEN: usize = 255;
 /// Shortest key accepted where keys are scoped to something others share (the client address
-/// of `POST /session`): long enough that nobody guesses another's key (a UUID v4 has 36).
+/// of a public route): long enough that nobody guesses another's key (a UUID v4 has 36).
 pub const MIN_UNGUESSABLE_KEY_LEN: usize = 16;
 
 /// A client's idempotency key: 1 to 255 visible ASCII characters. The structured-field string

@@ -145,7 +145,7 @@ mod tests {
     fn scope(key: &str) -> Scope {
         Scope::new(
             "192.0.2.1",
-            "POST /session",
+            "POST /tokens",
             &IdempotencyKey::parse(Some(key.as_bytes())).unwrap(),
         )
     }

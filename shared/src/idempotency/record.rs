@@ -64,8 +64,8 @@ impl Default for Attributes {
 pub struct Scope(String);
 
 impl Scope {
-    /// `caller` is a verified client id (or, for the public session route, the client address);
-    /// `route` the method and route template, e.g. `POST /transfers`.
+    /// `caller` is a verified client id (or, for a public route, the client address);
+    /// `route` the method and route template, e.g. `POST /orders`.
     pub fn new(caller: &str, route: &str, key: &super::IdempotencyKey) -> Self {
         Self(format!("{caller}#{route}#{}", key.as_str()))
     }

@@ -66,7 +66,7 @@ mod tests {
     fn scope(key: &str) -> Scope {
         Scope::new(
             "client",
-            "POST /transfers",
+            "POST /orders",
             &IdempotencyKey::parse(Some(key.as_bytes())).unwrap(),
         )
     }

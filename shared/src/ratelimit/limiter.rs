@@ -509,7 +509,7 @@ impl RateLimiter {
 
     /// Gives back only the counters of `layer` that `admission` holds; the others stay counted.
     /// For a request that was admitted by every layer but turned out not to need one of them:
-    /// a `POST /session` answered 409 or 422 by the idempotency claim never calls upstream, so
+    /// a request answered 409 or 422 by the idempotency claim never runs its paid effect, so
     /// it spends no `global` unit, while its `ip` unit stays spent (lesson 002).
     pub async fn refund_layer(&self, admission: &mut Admission, layer: Layer) {
         let mut part = admission.split_off(layer);

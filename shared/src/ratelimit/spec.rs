@@ -308,7 +308,7 @@ fn parse_window(s: &str) -> Option<Duration> {
 /// A guard that is missing from the configuration is not counted, so a typo (`","`, an
 /// unintended empty list) would silently turn a limit off. The parser therefore refuses a list
 /// without entries, and `<layer>=off` says "unlimited, on purpose": a function that needs a layer
-/// (the session function's spend cap) can tell "forgotten" from "chosen".
+/// (a spend cap) can tell "forgotten" from "chosen".
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateLimits {
     limits: Vec<RateLimit>,
