@@ -86,3 +86,58 @@ mod tests {
         assert_eq!(err.var, catalog::TRANSFER.limits_variable);
     }
 }
+
+#[cfg(test)]
+mod library_names {
+    use std::path::Path;
+
+    use super::catalog;
+
+    fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path
+                .extension()
+                .is_some_and(|e| e == "rs" || e == "md" || e == "toml")
+            {
+                out.push((
+                    path.display().to_string(),
+                    std::fs::read_to_string(&path).unwrap(),
+                ));
+            }
+        }
+    }
+
+    /// The guard crate is a library for any Lambda: none of this deployment's functions,
+    /// tables, limits variables or routes may appear in it (its sources, manifest, README).
+    #[test]
+    fn the_guard_crate_names_nothing_of_this_deployment() {
+        let library = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared");
+        let mut files = Vec::new();
+        sources(&library.join("src"), &mut files);
+        for extra in ["Cargo.toml", "README.md"] {
+            if let Ok(text) = std::fs::read_to_string(library.join(extra)) {
+                files.push((extra.to_string(), text));
+            }
+        }
+        assert!(files.len() > 20, "found the library's sources");
+        let mut names: Vec<String> = Vec::new();
+        for f in catalog::FUNCTIONS {
+            names.push(f.name.to_string());
+            names.push(f.limits_variable.to_string());
+            names.push(f.route.to_string());
+            names.push(f.route.split_once(' ').unwrap().1.to_string());
+        }
+        for t in catalog::TABLES {
+            names.push(t.default.to_string());
+            names.push(t.logical_id.to_string());
+        }
+        for (path, text) in &files {
+            for name in &names {
+                assert!(!text.contains(name.as_str()), "{path} names {name:?}");
+            }
+        }
+    }
+}
