@@ -134,8 +134,8 @@ pub enum InProgress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordExpiry(pub u64);
 
-/// Changes a replayed answer before it is sent (Powertools' `response_hook`): a header saying
-/// how old it is, say. The stored answer is unchanged.
+/// Changes an answer before it is sent: a replayed one (Powertools' `response_hook`; the stored
+/// answer is unchanged), or one the key refused.
 pub type ReplayHook = Arc<dyn Fn(Response<Body>) -> Response<Body> + Send + Sync>;
 
 #[derive(Clone)]
@@ -158,6 +158,7 @@ pub struct IdempotencyLayer {
     request: Arc<dyn IdempotentRequest>,
     mode: Mode,
     on_replay: Option<ReplayHook>,
+    on_rejection: Option<ReplayHook>,
 }
 
 impl std::fmt::Debug for IdempotencyLayer {
@@ -184,6 +185,7 @@ impl IdempotencyLayer {
             request: Arc::new(request),
             mode: Mode::Replays { absent, absent_for },
             on_replay: None,
+            on_rejection: None,
         }
     }
 
@@ -206,6 +208,7 @@ impl IdempotencyLayer {
                 spend: spend.to_vec(),
             },
             on_replay: None,
+            on_rejection: None,
         }
     }
 
@@ -214,6 +217,16 @@ impl IdempotencyLayer {
         if let Mode::Claims { in_progress, .. } = &mut self.mode {
             *in_progress = policy;
         }
+        self
+    }
+
+    /// Changes every answer the key refused (409 while in progress, 422 for another body)
+    /// before it is sent: a header pointing at the first request, a log line.
+    pub fn on_rejection(
+        mut self,
+        hook: impl Fn(Response<Body>) -> Response<Body> + Send + Sync + 'static,
+    ) -> Self {
+        self.on_rejection = Some(Arc::new(hook));
         self
     }
 
@@ -392,7 +405,11 @@ where
                                 }
                                 _ => ApiError::IdempotencyKeyReused,
                             };
-                            Ok(reject(&req, &error))
+                            let response = reject(&req, &error);
+                            Ok(match &layer.on_rejection {
+                                Some(hook) => hook(response),
+                                None => response,
+                            })
                         }
                     }
                 }

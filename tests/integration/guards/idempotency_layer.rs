@@ -120,6 +120,12 @@ fn stack(
                 &[Layer::Global],
             )
             .in_progress(in_progress)
+            .on_rejection(|mut response| {
+                response
+                    .headers_mut()
+                    .insert("x-refused-by", http::HeaderValue::from_static("hook"));
+                response
+            })
             .on_replay(|mut response| {
                 response
                     .headers_mut()
@@ -182,6 +188,7 @@ async fn one_effect_per_key_and_a_replay_costs_no_quota() {
         .unwrap();
     assert_eq!(reused.status(), 422);
     assert_eq!(json_body(&reused)["code"], "idempotency_key_reused");
+    assert_eq!(reused.headers()["x-refused-by"], "hook");
     assert_eq!(f.runs.load(Ordering::SeqCst), 2);
 
     // No key: 400 before the effect.
@@ -253,6 +260,7 @@ async fn a_duplicate_in_progress_gets_409_or_waits_for_the_answer() {
             InProgress::Conflict => {
                 let resp = duplicate.await.unwrap().unwrap();
                 assert_eq!(resp.status(), 409);
+                assert_eq!(resp.headers()["x-refused-by"], "hook");
                 assert!(resp.headers().contains_key("retry-after"));
                 go.notify_one();
                 assert_eq!(first.await.unwrap().unwrap().status(), 201);
