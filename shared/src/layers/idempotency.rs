@@ -118,6 +118,19 @@ impl IdempotentRequest for KeyedJson {
     }
 }
 
+/// The key this request holds, in its extensions while the inner service runs under
+/// [`IdempotencyLayer::claims`]: the effect can tag what it writes with the scope, and should
+/// finish before `lease_until_ms` (after it, a duplicate may claim the key again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// Where the record lives.
+    pub scope: Scope,
+    /// The request's fingerprint.
+    pub fingerprint: String,
+    /// When the claim's lease ends (Unix milliseconds).
+    pub lease_until_ms: u64,
+}
+
 /// What a duplicate gets while the first request with its key is still in progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InProgress {
@@ -363,6 +376,12 @@ where
                     };
                     let existing = match claimed {
                         Ok(Claim::Acquired(lease)) => {
+                            let mut req = req;
+                            req.extensions_mut().insert(Claimed {
+                                scope,
+                                fingerprint: fp,
+                                lease_until_ms: lease.lease_until_ms,
+                            });
                             return run(&layer.store, lease, inner, req).await;
                         }
                         Ok(Claim::Existing(Existing::InProgress { retry_after })) => {

@@ -17,7 +17,7 @@
 //! | [`ClientAddressLayer`] | 400/403 (no trustworthy address), 503 (origin secret unreadable) | | [`Caller`] |
 //! | [`RateLimitLayer`] | 429, 503 when the counters cannot be written | `Retry-After`, `RateLimit*` | [`Admitted`] |
 //! | [`IdempotencyLayer::replays`] | the stored answer of a retry (from memory; after a 429, from the table) | `Idempotent-Replayed: true` | nothing |
-//! | [`IdempotencyLayer::claims`] | the stored answer, 409 (`Retry-After`), 422, 400 for a malformed key, 503 when the table fails | `Idempotent-Replayed: true`, `Retry-After` | nothing |
+//! | [`IdempotencyLayer::claims`] | the stored answer, 409 (`Retry-After`), 422, 400 for a malformed key, 503 when the table fails | `Idempotent-Replayed: true`, `Retry-After` | [`Claimed`] |
 //!
 //! Ordering rules, and why:
 //!
@@ -57,8 +57,8 @@ pub use address::{Caller, ClientAddressLayer, ClientAddressService, ClientAddres
 pub use check::{CheckLayer, CheckService};
 pub use cors::{CorsLayer, CorsService};
 pub use idempotency::{
-    IdempotencyLayer, IdempotencyService, IdempotentRequest, InProgress, KeyedJson, RecordExpiry,
-    ReplayHook,
+    Claimed, IdempotencyLayer, IdempotencyService, IdempotentRequest, InProgress, KeyedJson,
+    RecordExpiry, ReplayHook,
 };
 pub use kill_switch::{KillSwitchLayer, KillSwitchService};
 pub use rate_limit::{

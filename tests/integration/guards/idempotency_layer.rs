@@ -71,6 +71,11 @@ fn effect(
             if body["wait"] == true {
                 go.notified().await;
             }
+            let claimed = req.extensions().get::<tollgate::layers::Claimed>().cloned();
+            assert!(
+                claimed.is_some_and(|c| c.scope.pk().starts_with("203.0.113.9#POST /orders#")),
+                "the effect runs under its claim, scoped to its caller and route"
+            );
             let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
             if body["fail"] == true {
                 return Err(ApiError::Unavailable { retry_after: 1 });
