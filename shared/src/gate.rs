@@ -1,14 +1,15 @@
-//! The guards in the order the contract fixes, for the functions to call before their own work.
+//! One function's guards, built once from its [`GuardSettings`] over clients built once: the
+//! kill switch, the limiter, the secret store, the client-address source, the metrics; and each
+//! guard's layer over them, for the function's `ServiceBuilder`:
 //!
 //! ```text
-//! kill switch ─▶ client address ─▶ internal token? ─▶ [function-specific steps] ─▶ limits ─▶ handler
+//! respond ─▶ CORS ─▶ routes ─▶ kill switch ─▶ client address ─▶ address limit ─▶ [authentication] ─▶ identity limits ─▶ handler
 //! ```
 //!
-//! The kill switch comes first so a flipped switch costs nothing else. The address comes before
-//! any limit so that the `ip` layer counts every request, including those that fail
-//! authentication later. Authentication itself belongs to each function, after the `ip` layer.
-//! A CORS preflight from a listed origin never gets here: the function answers it first (see
-//! [`crate::cors`]), so it costs no read and counts in no layer.
+//! The order is the stack's, one line per layer, so it is read where it is written (see
+//! [`crate::layers`] for why each layer stands where it does). The direct methods
+//! ([`Gate::front`], [`Gate::limit`], ...) are the same guards for a handler that runs one
+//! itself, mid-way through its own work.
 
 use std::sync::Arc;
 
@@ -30,9 +31,9 @@ use crate::secrets::SecretStore;
 
 pub use crate::layers::Caller;
 
-/// The shared guards of one function. Its parts are private: a function asks the gate (check,
-/// limit, refund, read a secret) instead of reaching into the limiter or the kill switch, so the
-/// order above and the settings behind it stay the gate's business.
+/// The shared guards of one function. Its parts are private: a function takes their layers (or
+/// asks the gate to check, limit, refund, read a secret) instead of reaching into the limiter or
+/// the kill switch, so the settings behind them stay in one place.
 #[derive(Debug)]
 pub struct Gate {
     settings: GuardSettings,
