@@ -1,23 +1,4 @@
-//! [`IdempotencyLayer`]: idempotency keys around any effect, as a layer (the two-phase mode of
-//! [`crate::idempotency`]: claim, run the inner service, store its answer or free the key).
-//!
-//! Two places in a stack, each one layer:
-//!
-//! - [`IdempotencyLayer::replays`], outside the limits: the retry of a request this process has
-//!   answered is that answer again, before any limit, any cooldown and any DynamoDB request (a
-//!   replay needs no quota); and a request a full limit refused (429) whose key holds its
-//!   completed answer (its first answer was lost) gets that answer instead, for one eventually
-//!   consistent read at most.
-//! - [`IdempotencyLayer::claims`], inside the limits, around the effect: the key is claimed
-//!   with a conditional write; a duplicate gets the stored answer (its units given back: a
-//!   replay consumes no quota), 409 + `Retry-After` while the first is in progress (or, with
-//!   [`InProgress::Wait`], its answer once it comes, within a bound), 422 for another body (the
-//!   units of the `spend` layers given back: no effect ran). The inner answer is stored under
-//!   the key unless it is a 5xx, in which case the key is freed for a retry.
-//!
-//! What a request is, for idempotency, is an [`IdempotentRequest`]: its scope (caller, route,
-//! key) and the fingerprint of its payload. [`KeyedJson`] is the usual one: the key from a
-//! header, the caller from a [`KeyExtractor`], the fingerprint of the JSON body's canonical form.
+//! [`IdempotencyLayer`]: idempotency keys around any effect (its doc says how).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -164,7 +145,26 @@ enum Mode {
     },
 }
 
-/// See the [module](self).
+/// Idempotency keys around any effect, as a layer (the two-phase mode of
+/// [`crate::idempotency`]: claim, run the inner service, store its answer or free the key).
+///
+/// Two places in a stack, each one layer:
+///
+/// - [`IdempotencyLayer::replays`], outside the limits: the retry of a request this process has
+///   answered is that answer again, before any limit, any cooldown and any DynamoDB request (a
+///   replay needs no quota); and a request a full limit refused (429) whose key holds its
+///   completed answer (its first answer was lost) gets that answer instead, for one eventually
+///   consistent read at most.
+/// - [`IdempotencyLayer::claims`], inside the limits, around the effect: the key is claimed
+///   with a conditional write; a duplicate gets the stored answer (its units given back: a
+///   replay consumes no quota), 409 + `Retry-After` while the first is in progress (or, with
+///   [`InProgress::Wait`], its answer once it comes, within a bound), 422 for another body (the
+///   units of the `spend` layers given back: no effect ran). The inner answer is stored under
+///   the key unless it is a 5xx, in which case the key is freed for a retry.
+///
+/// What a request is, for idempotency, is an [`IdempotentRequest`]: its scope (caller, route,
+/// key) and the fingerprint of its payload. [`KeyedJson`] is the usual one: the key from a
+/// header, the caller from a [`KeyExtractor`], the fingerprint of the JSON body's canonical form.
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     store: IdempotencyStore,
