@@ -1,4 +1,6 @@
-//! `tollgate`: the guards that stand in front of a public, pay-per-call API on AWS Lambda.
+#![doc = include_str!("../README.md")]
+//!
+//! ## Modules
 //!
 //! Every module answers one of the incidents in the project's lessons:
 //!
