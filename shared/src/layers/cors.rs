@@ -12,7 +12,7 @@ use tower_service::Service;
 use super::{take_ready, ResponseFuture, RouteMethods};
 use crate::cors::Cors;
 
-/// See the [module](self). Place it inside [`super::RespondLayer`] and outside everything
+/// See the [module](crate::layers). Place it inside [`super::RespondLayer`] and outside everything
 /// else.
 #[derive(Clone)]
 pub struct CorsLayer {
