@@ -219,7 +219,7 @@ impl fmt::Display for RateLimit {
         let secs = self.window_secs();
         let (n, unit) = [(86_400, 'd'), (3_600, 'h'), (60, 'm')]
             .into_iter()
-            .find(|(u, _)| secs % u == 0)
+            .find(|(u, _)| secs.is_multiple_of(*u))
             .map(|(u, c)| (secs / u, c))
             .unwrap_or((secs, 's'));
         write!(f, "{}={}/{}{}", self.layer, self.limit, n, unit)?;
