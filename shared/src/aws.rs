@@ -145,7 +145,10 @@ pub const WRITE_ATTEMPTS: u32 = 3;
 /// outcome (so the write may have been applied, whatever the last answer says).
 #[derive(Debug)]
 pub struct WriteError<E> {
+    /// The last send's answer, for logs and for telling a throttle from a refusal.
     pub error: SdkError<E, HttpResponse>,
+    /// Whether any send timed out or lost its answer: then the write may be in the table whatever
+    /// `error` says, and a caller must not tell its client that nothing was written.
     pub unknown: bool,
 }
 

@@ -48,6 +48,9 @@ impl FromStr for ClientIpSource {
 pub struct ClientAddr(IpAddr);
 
 impl ClientAddr {
+    /// The address `ip` is counted by: itself for IPv4, its /64 for IPv6, the IPv4 address it maps
+    /// for an IPv4-mapped IPv6 one. Every source of addresses goes through here, so a client cannot
+    /// pick the form it is counted under.
     pub fn from_ip(ip: IpAddr) -> Self {
         match ip {
             IpAddr::V4(v4) => Self(IpAddr::V4(v4)),

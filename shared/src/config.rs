@@ -27,6 +27,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// A setting refused for `reason`, naming `var` so the operator knows which one to fix.
     pub fn new(var: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             var: var.into(),
@@ -134,7 +135,10 @@ impl Env {
 #[derive(Debug, Clone)]
 pub enum SecretSource {
     /// An SSM Parameter Store parameter (SecureString, fetched with decryption).
-    Ssm { name: String },
+    Ssm {
+        /// The parameter's name, as `GetParameter` takes it.
+        name: String,
+    },
     /// The value itself, from a plain environment variable (local runs only).
     Value(SecretString),
 }
@@ -144,20 +148,33 @@ pub enum SecretSource {
 pub struct GuardSettings {
     /// Logical function name: the kill-switch key and the rate-limit counter scope.
     pub function: String,
+    /// Where the client address comes from (`CLIENT_IP_SOURCE`): the connection's peer, or
+    /// CloudFront's viewer address once the origin secret proves the request came through it.
     pub client_ip_source: ClientIpSource,
+    /// The layers counted and their limits, in the `ip=10/1h,client=60/1m,global=2000/1d` syntax.
     pub rate_limits: RateLimits,
     /// Longest time a kill-switch flip takes to apply.
     pub kill_switch_cache: Duration,
     /// How long past `kill_switch_cache` the last state read keeps serving while the control
     /// table fails; after that requests get 503 (fail closed).
     pub kill_switch_stale: Duration,
+    /// How long a secret read from SSM is served from memory before it is read again: the
+    /// delay before a rotated secret takes effect, traded against one SSM call per request.
     pub secrets_ttl: Duration,
     /// Pause after a failing secret store (SSM) before it is asked again for that secret.
     pub secrets_cooldown: Duration,
+    /// The table of the rate-limit counters (`RATE_LIMIT_TABLE`; no default).
     pub rate_limit_table: String,
+    /// The table of the kill switches and published limits (`CONTROL_TABLE`; no default).
     pub control_table: String,
+    /// The token our own services send to skip the per-caller layers (`INTERNAL_TOKEN`); `None`:
+    /// no caller is internal.
     pub internal_token: Option<SecretSource>,
+    /// The secret CloudFront adds to each request it forwards (`ORIGIN_VERIFY_SECRET`): without
+    /// it, a viewer-address header would be the client's to forge.
     pub origin_verify_secret: Option<SecretSource>,
+    /// The largest body accepted (`MAX_BODY_BYTES`); larger is refused with 413 before any
+    /// guard spends a DynamoDB request on it.
     pub max_body_bytes: usize,
     /// Prefix stripped before routing (`/api` behind CloudFront).
     pub base_path: String,

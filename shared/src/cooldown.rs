@@ -22,6 +22,7 @@ pub struct Cooldown {
 }
 
 impl Cooldown {
+    /// No dependency cooling down yet; time read from `clock` so tests need not sleep.
     pub fn new(clock: SharedClock) -> Self {
         Self {
             clock,

@@ -10,6 +10,8 @@ use std::sync::Mutex;
 
 use crate::clock::UnixMillis;
 
+/// A bounded map from string keys to values that expire; see the [module](self) for what it
+/// evicts at capacity.
 #[derive(Debug)]
 pub struct Expiring<V> {
     capacity: usize,
@@ -17,6 +19,8 @@ pub struct Expiring<V> {
 }
 
 impl<V: Clone> Expiring<V> {
+    /// An empty map holding at most `capacity` entries (0: keeps nothing, so a cache can be
+    /// turned off by its size setting alone).
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
@@ -53,6 +57,8 @@ impl<V: Clone> Expiring<V> {
         entries.insert(key, (value, until));
     }
 
+    /// Forgets `key` before it expires: a refund reopened the key, or an operator reset it, and
+    /// memory must not go on refusing what the table would admit.
     pub fn remove(&self, key: &str) {
         self.lock().remove(key);
     }
@@ -62,6 +68,7 @@ impl<V: Clone> Expiring<V> {
         self.lock().len()
     }
 
+    /// Whether no entry is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -15,8 +15,11 @@ use serde_json::Value;
 /// Why a body is not a usable JSON object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
+    /// Not JSON, or JSON whose top level is not an object (an array, a string, ...).
     #[error("body is not a JSON object")]
     NotAnObject,
+    /// A member name appears twice: parsers disagree on which one wins, so the fingerprint and
+    /// the handler could read two different requests from one body.
     #[error("body has a duplicate member name")]
     DuplicateMember,
 }
@@ -34,7 +37,9 @@ impl BodyError {
 /// A JSON object's members in document order, and the object as a value (for fingerprints).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StrictObject {
+    /// The members as written, for a handler that must refuse unknown or repeated ones.
     pub members: Vec<(String, Value)>,
+    /// The same object as one value: what the fingerprint canonicalises.
     pub value: Value,
 }
 

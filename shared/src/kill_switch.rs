@@ -37,8 +37,11 @@ const MIN_READ_COOLDOWN: Duration = Duration::from_secs(1);
 /// The switch as stored. `enabled` means the switch is ON: the function refuses requests.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SwitchState {
+    /// The switch's key: the guarded function's name.
     pub function: String,
+    /// ON: every request is refused with 403 `service_disabled`.
     pub enabled: bool,
+    /// What refused clients are told (the operator's words, at most [`MAX_MESSAGE_CHARS`]).
     pub message: String,
 }
 
@@ -47,11 +50,17 @@ pub struct SwitchState {
 pub enum KillSwitchError {
     /// The operator turned the function off; `message` is theirs, shown as `detail`.
     #[error("kill switch is on")]
-    Disabled { message: String },
+    Disabled {
+        /// The operator's message.
+        message: String,
+    },
     /// The flag could not be read and no state read recently enough is known: fail closed.
     /// `retry_after` is the time until this process reads again.
     #[error("kill switch state unknown")]
-    Unavailable { retry_after: u64 },
+    Unavailable {
+        /// Seconds until this process reads the switch again.
+        retry_after: u64,
+    },
 }
 
 /// The control table could not be read or written.
@@ -70,6 +79,7 @@ pub enum SetError {
     /// operator's mistake, not an outage: callers answer it differently.
     #[error("message longer than {MAX_MESSAGE_CHARS} characters")]
     MessageTooLong,
+    /// The control table refused or failed the write.
     #[error(transparent)]
     Store(#[from] ControlStoreError),
 }

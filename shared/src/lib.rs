@@ -1,4 +1,7 @@
-//! `tollgate`: the guards that stand in front of a public, pay-per-call API on AWS Lambda.
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+//!
+//! ## Modules
 //!
 //! Every module answers one of the incidents in the project's lessons:
 //!

@@ -28,7 +28,10 @@ pub enum Event<'a> {
     /// A request answered with 2xx by the handler itself.
     Admitted,
     /// A layer was full (429).
-    RateLimited { layer: &'a str },
+    RateLimited {
+        /// The full layer's name (`ip`, `client`, `global`): the metric's dimension.
+        layer: &'a str,
+    },
     /// The kill switch refused a request (403).
     KillSwitchDenied,
     /// A stored response was replayed.

@@ -36,35 +36,66 @@ pub const RATELIMIT_HEADER: &str = "ratelimit";
 pub enum ApiError {
     /// The request is malformed; `detail` says how, in our words.
     #[error("bad request: {detail}")]
-    BadRequest { detail: String },
+    BadRequest {
+        /// Our description of what is wrong, shown to the client.
+        detail: String,
+    },
+    /// 401 with `WWW-Authenticate: Bearer`: no token, or not a valid one. Which of the two is not
+    /// said, so guessing learns nothing.
     #[error("unauthorized")]
     Unauthorized,
+    /// 403: the request is not allowed whoever sends it (one that did not come through the CDN
+    /// the origin secret vouches for).
     #[error("forbidden")]
     Forbidden,
     /// Kill switch on; `message` is the operator's.
     #[error("service disabled")]
-    ServiceDisabled { message: String },
+    ServiceDisabled {
+        /// The operator's message, shown as `detail`.
+        message: String,
+    },
+    /// 404: no route here; answered before any guard spends a request on it.
     #[error("not found")]
     NotFound,
     /// `allow` lists the methods the path accepts, e.g. `GET, PUT`.
     #[error("method not allowed")]
-    MethodNotAllowed { allow: &'static str },
+    MethodNotAllowed {
+        /// The `Allow` header's value.
+        allow: &'static str,
+    },
+    /// 413: the body is over the configured limit; refused before it is parsed.
     #[error("payload too large")]
-    PayloadTooLarge { limit: usize },
+    PayloadTooLarge {
+        /// The limit in bytes, told to the client so it can split or shrink.
+        limit: usize,
+    },
+    /// 429: the full layer's decision, for `Retry-After` and the `RateLimit*` headers.
     #[error("rate limited")]
     RateLimited(Decision),
+    /// 503: a dependency (DynamoDB, SSM, the kill switch) failed and nothing was done; a
+    /// retry after `retry_after` seconds may succeed.
     #[error("temporarily unavailable")]
-    Unavailable { retry_after: u64 },
+    Unavailable {
+        /// Seconds for `Retry-After`.
+        retry_after: u64,
+    },
     /// 503 too, but a write may or may not have been applied: the client must retry with the
     /// same idempotency key (which gets it the outcome), never a new one, so the detail says so.
     #[error("outcome unknown")]
-    OutcomeUnknown { retry_after: u64 },
+    OutcomeUnknown {
+        /// Seconds for `Retry-After`.
+        retry_after: u64,
+    },
     /// The idempotency key was used before with a different canonical body.
     #[error("idempotency key reused")]
     IdempotencyKeyReused,
     /// A request with the same key and body is still being processed.
     #[error("request in progress")]
-    RequestInProgress { retry_after: u64 },
+    RequestInProgress {
+        /// Seconds until the other request's lease lapses.
+        retry_after: u64,
+    },
+    /// 500: our own failure. The client learns nothing of its cause; the log does.
     #[error("internal error")]
     Internal,
 }
@@ -72,13 +103,20 @@ pub enum ApiError {
 /// The RFC 9457 body.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Problem {
+    /// `urn:tollgate:problem:{code}`: the stable identifier clients branch on (`type` in JSON).
     #[serde(rename = "type")]
     pub kind: String,
+    /// A short summary, the same for every occurrence of the problem.
     pub title: &'static str,
+    /// The HTTP status, repeated in the body for clients that log bodies only.
     pub status: u16,
+    /// Text for people, written by us (never an error's `Display`).
     pub detail: String,
+    /// The stable snake_case code, for clients that prefer it to the URI.
     pub code: &'static str,
+    /// The request's id, also in `X-Request-Id`, so a report can be matched to the logs.
     pub request_id: String,
+    /// The `Retry-After` seconds, in the body too for clients that cannot read headers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u64>,
 }
@@ -86,9 +124,11 @@ pub struct Problem {
 /// What a client is told about an error; [`ClientError::to_response`] writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
+    /// The response's status.
     pub status: StatusCode,
     /// The stable snake_case code; the problem's `type` is `urn:tollgate:problem:{code}`.
     pub code: &'static str,
+    /// The problem's `title`: fixed per code.
     pub title: &'static str,
     /// Text for people, written by us.
     pub detail: String,
@@ -151,6 +191,7 @@ pub trait ClientError {
     /// switch that is on) is only ever one of those.
     fn as_api_error(&self) -> Option<&ApiError>;
 
+    /// The HTTP status the answer carries.
     fn status(&self) -> StatusCode {
         self.answer().status
     }

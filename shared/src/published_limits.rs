@@ -58,16 +58,22 @@ pub struct PublishedLimits {
 /// The published limits could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishedLimitsError {
+    /// The control table failed or refused the read or write.
     #[error("control table {operation} failed")]
     Store {
+        /// What was being done, for the log line.
         operation: &'static str,
+        /// The SDK's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The item exists but an attribute is missing or of the wrong type (by name: the value is
     /// whatever someone wrote there).
     #[error("the published limits item has no usable {attribute}")]
-    Malformed { attribute: &'static str },
+    Malformed {
+        /// The attribute's name.
+        attribute: &'static str,
+    },
     /// The item's `spec` does not parse (written by another version of the code, or by hand).
     #[error("the published limits spec does not parse")]
     Spec(#[source] SpecError),
@@ -82,6 +88,7 @@ pub struct LimitsRecord {
 }
 
 impl LimitsRecord {
+    /// The records in `table` (the control table), stamped with `clock`'s time.
     pub fn new(ddb: Client, table: impl Into<String>, clock: SharedClock) -> Self {
         Self {
             ddb,

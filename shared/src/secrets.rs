@@ -31,7 +31,10 @@ use crate::cooldown::Cooldown;
 pub enum SecretError {
     /// The secret store is failing; try again after `retry_after` seconds.
     #[error("secret store temporarily unavailable (retry in {retry_after}s)")]
-    Unavailable { retry_after: u64 },
+    Unavailable {
+        /// Seconds until the cooldown ends and the store is asked again.
+        retry_after: u64,
+    },
     /// The parameter is missing, not readable, or no SSM client is configured.
     #[error("secret parameter cannot be read (configuration)")]
     Misconfigured,

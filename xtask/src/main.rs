@@ -17,6 +17,7 @@ mod dev;
 mod dynamodb_local;
 mod front;
 mod lock;
+mod package;
 mod processes;
 mod setup;
 mod signal;
@@ -55,8 +56,9 @@ enum Cmd {
     /// functions under `cargo lambda watch`; writes .dev/stack.json and prints the page URL and
     /// curl lines; Ctrl-C stops everything
     Dev(dev::Args),
-    /// setup, fmt and clippy, cargo test --workspace against a fresh DynamoDB Local, the web
-    /// client's checks, then e2e, browser, a 2,000-request replay and the short drills
+    /// setup, fmt, clippy, the guard crate's msrv/package/doc checks, cargo test --workspace
+    /// against a fresh DynamoDB Local, the web client's checks, then e2e, browser, a
+    /// 2,000-request replay and the short drills
     Test(test::Args),
     /// The browser tests, keeping a picture of the demo page in each state in docs/screenshots/
     Screenshots,

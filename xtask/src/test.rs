@@ -1,6 +1,7 @@
 //! `cargo xtask test`: the full check CI runs, runnable locally as is.
 //!
-//! setup → `cargo fmt --check` → clippy → DynamoDB Local → `cargo test` →
+//! setup → `cargo fmt --check` → clippy → the guard crate's msrv, package and doc checks
+//! ([`crate::package`]) → DynamoDB Local → `cargo test` →
 //! the web client's `tsc` and `node --test` → end-to-end tests against a
 //! private dev stack → browser tests in headless Chromium against another
 //! (skipped with `--no-browser`) → a 2,000-request replay
@@ -14,12 +15,12 @@ use std::time::Instant;
 use crate::dynamodb_local::{self, Storage};
 use crate::setup::{Need, Tools};
 use crate::util::{self, info, step, Result};
-use crate::{browser, dev, setup, signal, stress};
+use crate::{browser, dev, package, setup, signal, stress};
 
 /// `cargo xtask test`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Skip `cargo fmt --check` and clippy
+    /// Skip `cargo fmt --check`, clippy and the guard crate's msrv, package and doc checks
     #[arg(long)]
     no_lint: bool,
     /// Skip the end-to-end tests against a private dev stack
@@ -74,6 +75,19 @@ pub fn run(args: Args) -> Result {
     check("clippy", !args.no_lint, false, &|| {
         step("clippy");
         cargo("clippy --workspace --all-targets -- -D warnings")
+    });
+    // The guard crate as a published crate would be checked ([`package`]).
+    check("msrv", !args.no_lint, false, &|| {
+        step("msrv: tollgate's dependencies against its rust-version");
+        package::msrv()
+    });
+    check("package", !args.no_lint, true, &|| {
+        step("package: cargo package -p tollgate");
+        package::package()
+    });
+    check("doc", !args.no_lint, false, &|| {
+        step("doc: cargo doc -p tollgate, warnings denied");
+        package::doc()
     });
     check("test", true, false, &|| {
         workspace_tests(&tools, &args.test_args)

@@ -21,12 +21,17 @@ pub struct IdempotencyKey(String);
 /// Why a header value is not a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// No `Idempotency-Key` field, on a route that requires one.
     #[error("idempotency key missing")]
     Missing,
+    /// The field is present but blank: a client bug, refused rather than taken as "no key".
     #[error("idempotency key empty")]
     Empty,
+    /// Longer than [`MAX_KEY_LEN`]: a bound on what one record's partition key may hold.
     #[error("idempotency key too long")]
     TooLong,
+    /// A byte outside visible ASCII: keys are compared byte for byte and stored in a partition
+    /// key, so no whitespace or encoding may make two spellings of one key.
     #[error("idempotency key not visible ASCII")]
     NotVisibleAscii,
     /// Two `Idempotency-Key` fields, or one holding a list: which key the client meant is
@@ -103,6 +108,7 @@ impl IdempotencyKey {
         }
     }
 
+    /// The key as the client sent it (validated), for scoping its record.
     pub fn as_str(&self) -> &str {
         &self.0
     }

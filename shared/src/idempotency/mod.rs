@@ -87,9 +87,12 @@ const CLAIMABLE: &str = "attribute_not_exists(#pk) OR #expires_at <= :now_s";
 /// The idempotency table could not be used, or a two-phase owner lost its claim.
 #[derive(Debug, thiserror::Error)]
 pub enum IdempotencyError {
+    /// A read or write of the table failed, and nothing says it was applied.
     #[error("idempotency store failed during {operation}")]
     Store {
+        /// What was being done (`claim`, `complete`, ...), for the log line.
         operation: &'static str,
+        /// The SDK's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -102,7 +105,9 @@ pub enum IdempotencyError {
     /// client "nothing was written" must not after this.
     #[error("idempotency store {operation}: outcome unknown")]
     OutcomeUnknown {
+        /// What was being done, for the log line.
         operation: &'static str,
+        /// The last send's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -130,6 +135,8 @@ pub struct Lease {
     owner: String,
     /// The claimed request's, kept with the response once completed.
     fingerprint: String,
+    /// When the claim lapses and another request may take the key over: the effect must be done
+    /// and completed before then, or its owner loses the record.
     pub lease_until_ms: UnixMillis,
 }
 
@@ -229,6 +236,7 @@ impl IdempotencyStore {
         self.ttl
     }
 
+    /// The records' table, for a caller that puts the claim into its own transaction.
     pub fn table(&self) -> &str {
         &self.table
     }

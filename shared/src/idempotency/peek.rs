@@ -34,6 +34,7 @@ use super::{IdempotencyError, IdempotencyStore};
 pub struct AbsentKeys(Expiring<()>);
 
 impl AbsentKeys {
+    /// Remembers at most `capacity` keys (0: none, every refused request reads).
     pub fn new(capacity: usize) -> Self {
         Self(Expiring::new(capacity))
     }
@@ -53,6 +54,7 @@ impl AbsentKeys {
         self.0.len()
     }
 
+    /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -79,8 +79,12 @@ impl Scope {
 /// A response as stored: status, the headers that matter, and the body byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {
+    /// The status code sent the first time.
     pub status: u16,
+    /// The headers worth replaying (`cache-control`, `content-type`, `location`), lower-case;
+    /// per-request ones (request id, rate-limit fields) are the replay's own.
     pub headers: Vec<(String, String)>,
+    /// The body byte for byte, so a replay is indistinguishable from the first answer.
     pub body: Vec<u8>,
 }
 
@@ -185,7 +189,10 @@ impl WrittenBy {
 /// A record as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    /// The SHA-256 (hex) of the canonical body that claimed the key: another body under the same
+    /// key is a 422, not a replay.
     pub fingerprint: String,
+    /// Whether the first request finished, and with what.
     pub state: RecordState,
     /// Seconds since the epoch after which the record counts as absent.
     pub expires_at: u64,
@@ -196,9 +203,14 @@ pub struct Record {
 /// Where a record stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordState {
+    /// The first request finished: this is its answer, to replay.
     Completed(StoredResponse),
+    /// Claimed and not finished: by `owner` (a random token, so only the claimant can
+    /// complete or release it) until `lease_until_ms`.
     InProgress {
+        /// The claimant's token.
         owner: String,
+        /// When the lease lapses and the key may be claimed again.
         lease_until_ms: UnixMillis,
     },
 }
@@ -273,7 +285,10 @@ pub enum Existing {
     /// Same key, different canonical body: 422 `idempotency_key_reused`.
     KeyReused,
     /// Same body, still being processed: 409 `request_in_progress` with `Retry-After`.
-    InProgress { retry_after: u64 },
+    InProgress {
+        /// Seconds until the lease lapses: when a retry may find the outcome.
+        retry_after: u64,
+    },
 }
 
 impl Existing {

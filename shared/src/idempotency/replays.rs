@@ -21,6 +21,7 @@ pub const DEFAULT_REPLAY_CACHE_SIZE: usize = 10_000;
 pub struct ReplayCache(Expiring<(String, StoredResponse)>);
 
 impl ReplayCache {
+    /// Keeps at most `capacity` responses (0: none, every duplicate reads the table).
     pub fn new(capacity: usize) -> Self {
         Self(Expiring::new(capacity))
     }
@@ -49,10 +50,12 @@ impl ReplayCache {
         self.0.insert(pk.to_string(), value, until, now_ms);
     }
 
+    /// Responses held (expired ones included until a prune).
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether no response is held.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

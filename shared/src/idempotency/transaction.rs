@@ -153,7 +153,10 @@ impl Outcome {
 pub enum TransactionError {
     /// A request with this key and body is being processed now: 409 `request_in_progress`.
     #[error("a request with this idempotency key is in progress")]
-    InProgress { retry_after: u64 },
+    InProgress {
+        /// Seconds until the other request's lease lapses.
+        retry_after: u64,
+    },
     /// The key was used before with another body: 422 `idempotency_key_reused`.
     #[error("idempotency key reused with another request body")]
     KeyReused,
@@ -161,12 +164,18 @@ pub enum TransactionError {
     /// before it that may have committed): nothing was written, the key is free, and a retry
     /// runs anew. 503.
     #[error("transaction not committed")]
-    NotCommitted { retry_after: u64 },
+    NotCommitted {
+        /// Seconds before a retry is worth sending.
+        retry_after: u64,
+    },
     /// Some send may or may not have committed and the key's record cannot say which: the
     /// client must retry with the same idempotency key (which gets it the outcome), never a new
     /// one. 503 whose detail says so.
     #[error("transaction outcome unknown")]
-    OutcomeUnknown { retry_after: u64 },
+    OutcomeUnknown {
+        /// Seconds before a retry (with the same key) is worth sending.
+        retry_after: u64,
+    },
     /// The transaction could not be sent at all (the request could not be built or signed): a
     /// bug or a misconfiguration, nothing written. 500.
     #[error("transaction could not be sent")]

@@ -12,7 +12,8 @@ use tower_service::Service;
 use super::{take_ready, ResponseFuture, RouteMethods};
 use crate::cors::Cors;
 
-/// See the [layers](crate::layers) table. Place it inside [`super::RespondLayer`] and outside everything
+/// See the [layers](crate::layers) table. Place it inside [`super::RespondLayer`] and outside
+/// everything
 /// else.
 #[derive(Clone)]
 pub struct CorsLayer {

@@ -1,4 +1,4 @@
-//! The guards as [tower] layers over `lambda_http`, so a function's guard order is one
+//! The guards as [tower](https://docs.rs/tower) layers over `lambda_http`, so a function's guard order is one
 //! `ServiceBuilder` read top to bottom, and `lambda_http::run` (or `run_concurrent`) takes the
 //! stack as it is.
 //!

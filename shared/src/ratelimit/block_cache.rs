@@ -58,6 +58,7 @@ impl BlockCache {
         self.entries.len()
     }
 
+    /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

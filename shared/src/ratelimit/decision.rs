@@ -7,9 +7,15 @@ use super::spec::RateLimit;
 /// One layer's view of a request: its limit, what is left, and when the window resets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
+    /// The layer's limit, for `RateLimit-Policy`.
     pub limit: RateLimit,
+    /// Requests left in the window after this one (0 when refused).
     pub remaining: u32,
+    /// The `RateLimit` reset: a fixed layer's window end; for a sliding layer, when it admits
+    /// again (refused) or when what it holds has left the window (admitted).
     pub reset_at_ms: UnixMillis,
+    /// When the decision was taken: `Retry-After` is counted from here, not from when the
+    /// response is written.
     pub now_ms: UnixMillis,
 }
 

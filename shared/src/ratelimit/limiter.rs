@@ -42,13 +42,16 @@ const RECOUNTS: u32 = 3;
 /// One layer to check for one request: the limit and the identity it counts (`""` for global).
 #[derive(Debug, Clone, Copy)]
 pub struct LimitCheck<'a> {
+    /// The layer's limit.
     pub limit: &'a RateLimit,
+    /// Whom the layer counts: an address, a verified identity, or `""` for global.
     pub key: &'a str,
 }
 
 /// The outcome of [`RateLimiter::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// Every layer had room; each has counted the request.
     Admitted,
     /// A layer is full. Nothing was incremented for this request (earlier layers were refunded).
     Rejected(Decision),
@@ -124,8 +127,11 @@ impl Admission {
 /// of the previous window is still inside; for a sharded one, summed over the shards).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Usage {
+    /// Requests counted in the current window.
     pub count: u32,
+    /// The layer's limit.
     pub limit: u32,
+    /// Seconds since the epoch when the current window ends (0: no counter found).
     pub window_ends_at: u64,
 }
 

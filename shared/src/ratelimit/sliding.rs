@@ -18,8 +18,8 @@
 //!
 //! The previous window's slots never change once the current window has read them: the read is
 //! a write that seals the item, and an increment still on its way to a sealed item is refused
-//! and counted in the window after ([`super::counter`]); refunds to an ended window are not
-//! sent. So a process reads them once per key and window and keeps them ([`super::limiter`]):
+//! and counted in the window after (the counter writes); refunds to an ended window are not
+//! sent. So a process reads them once per key and window and keeps them ([`super::RateLimiter`]):
 //! one write per key per window roll, and the bound above holds whatever the network's delays
 //! or the processes' clocks do.
 

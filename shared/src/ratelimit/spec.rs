@@ -26,6 +26,7 @@ pub enum Layer {
 }
 
 impl Layer {
+    /// The layer's name in the limits syntax, counter keys and `RateLimit-Policy`.
     pub fn as_str(self) -> &'static str {
         match self {
             Layer::Ip => "ip",
@@ -77,6 +78,7 @@ pub enum WindowKind {
 /// How many counter items a layer's limit is spread over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shards {
+    /// Exactly this many items.
     Count(u32),
     /// One per [`AUTO_SHARD_UNITS`] of the limit.
     Auto,
@@ -101,6 +103,8 @@ pub struct RateLimit {
 }
 
 impl RateLimit {
+    /// A fixed-window limit in one item. Refuses a zero limit (a layer that admits nothing is
+    /// `off` by another name, or a typo) and a window that is not a whole number of seconds.
     pub fn new(layer: Layer, limit: u32, window: Duration) -> Result<Self, SpecError> {
         if limit == 0 {
             return Err(SpecError(format!("{layer}: the limit must be at least 1")));
@@ -153,10 +157,12 @@ impl RateLimit {
         }
     }
 
+    /// Fixed or sliding.
     pub fn kind(&self) -> WindowKind {
         self.kind
     }
 
+    /// Whether the window slides (`:sliding`).
     pub fn is_sliding(&self) -> bool {
         self.kind == WindowKind::Sliding
     }
@@ -179,18 +185,22 @@ impl RateLimit {
         self.limit / n + u32::from(i < self.limit % n)
     }
 
+    /// What the limit counts by.
     pub fn layer(&self) -> Layer {
         self.layer
     }
 
+    /// Requests admitted per window.
     pub fn limit(&self) -> u32 {
         self.limit
     }
 
+    /// The window's length.
     pub fn window(&self) -> Duration {
         self.window
     }
 
+    /// The window's length in seconds, as the `RateLimit` fields carry it.
     pub fn window_secs(&self) -> u64 {
         self.window.as_secs()
     }
@@ -209,7 +219,7 @@ impl fmt::Display for RateLimit {
         let secs = self.window_secs();
         let (n, unit) = [(86_400, 'd'), (3_600, 'h'), (60, 'm')]
             .into_iter()
-            .find(|(u, _)| secs % u == 0)
+            .find(|(u, _)| secs.is_multiple_of(*u))
             .map(|(u, c)| (secs / u, c))
             .unwrap_or((secs, 's'));
         write!(f, "{}={}/{}{}", self.layer, self.limit, n, unit)?;

@@ -43,7 +43,7 @@ pub struct Block {
 impl Block {
     /// Whether side A ran first in this block's pair (the even pairs).
     pub fn a_first(&self) -> bool {
-        self.index % 2 == 0
+        self.index.is_multiple_of(2)
     }
 }
 

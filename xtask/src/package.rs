@@ -1,0 +1,250 @@
+//! The guard crate `tollgate` checked as a published crate would be, in the lint step of
+//! `cargo xtask test`:
+//!
+//! - **msrv**: every crate in its dependency tree (normal and build dependencies, every
+//!   platform; not its dev-dependencies, which an adopter never builds) declares a
+//!   `rust-version` no later than tollgate's own, or none. Only one toolchain is installed, so
+//!   the crate itself cannot be built with the stated version; clippy's `incompatible_msrv`
+//!   (on by default, and `-D warnings` in the clippy step) catches our own use of a newer std
+//!   API, and this catches a dependency that would refuse the stated toolchain. Neither sees a
+//!   language feature newer than the MSRV in our code: building with that toolchain would.
+//! - **package**: `cargo package -p tollgate`, which packs the crate and builds the packed copy
+//!   on its own, so a path dependency or a file outside the package fails here. Warm it takes
+//!   4 to 8 s. Cold it builds the crate's dependencies once more, with tollgate's features
+//!   alone (nothing is unified with the workspace): 7 min on 2 shared cores (4.5 min of CPU,
+//!   5.6 without the profile below), the price of building what an adopter builds.
+//! - **doc**: `cargo doc -p tollgate --no-deps` with warnings denied (broken or private links,
+//!   `missing_docs` is the crate's own `deny`).
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::Deserialize;
+
+use crate::util::{self, Result};
+
+/// The crate these checks are about.
+const CRATE: &str = "tollgate";
+
+/// The part of `cargo metadata --format-version 1` read here.
+#[derive(Debug, Deserialize)]
+pub struct Metadata {
+    packages: Vec<Package>,
+    resolve: Resolve,
+}
+
+#[derive(Debug, Deserialize)]
+struct Package {
+    id: String,
+    name: String,
+    version: String,
+    rust_version: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Resolve {
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Node {
+    id: String,
+    deps: Vec<NodeDep>,
+}
+
+#[derive(Debug, Deserialize)]
+struct NodeDep {
+    pkg: String,
+    dep_kinds: Vec<DepKind>,
+}
+
+/// `kind` is `null` for a normal dependency, `"build"` or `"dev"` otherwise.
+#[derive(Debug, Deserialize)]
+struct DepKind {
+    kind: Option<String>,
+}
+
+/// A Rust version as manifests write it (`1.85`, `1.85.0`); a missing part is 0, so `1.85`
+/// and `1.85.0` are the same version.
+fn version(s: &str) -> Result<[u64; 3]> {
+    let mut parsed = [0; 3];
+    let parts: Vec<&str> = s.split('.').collect();
+    if parts.len() > 3 {
+        return Err(format!("rust-version {s:?} has more than three parts").into());
+    }
+    for (slot, part) in parsed.iter_mut().zip(parts) {
+        *slot = part
+            .parse()
+            .map_err(|e| format!("rust-version {s:?}: {e}"))?;
+    }
+    Ok(parsed)
+}
+
+/// The crates in `root`'s dependency tree whose `rust-version` is later than `root`'s, as
+/// `name version (rust-version X)` lines; an error if `root` states none.
+pub fn newer_than_msrv(metadata: &Metadata, root: &str) -> Result<Vec<String>> {
+    let packages: HashMap<&str, &Package> = metadata
+        .packages
+        .iter()
+        .map(|p| (p.id.as_str(), p))
+        .collect();
+    let nodes: HashMap<&str, &Node> = metadata
+        .resolve
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n))
+        .collect();
+    let root = metadata
+        .packages
+        .iter()
+        .find(|p| p.name == root)
+        .ok_or_else(|| format!("no package {root} in cargo metadata"))?;
+    let msrv_text = root
+        .rust_version
+        .as_deref()
+        .ok_or_else(|| format!("{} states no rust-version", root.name))?;
+    let msrv = version(msrv_text)?;
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![root.id.as_str()];
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let node = nodes
+            .get(id)
+            .ok_or_else(|| format!("{id} is not in the resolve graph"))?;
+        for dep in &node.deps {
+            let used = dep
+                .dep_kinds
+                .iter()
+                .any(|k| k.kind.as_deref() != Some("dev"));
+            if used {
+                stack.push(&dep.pkg);
+            }
+        }
+    }
+    let mut newer = Vec::new();
+    for id in seen {
+        let package = packages
+            .get(id)
+            .ok_or_else(|| format!("{id} is not among the packages"))?;
+        if let Some(theirs) = &package.rust_version {
+            if version(theirs)? > msrv {
+                newer.push(format!(
+                    "{} {} (rust-version {theirs})",
+                    package.name, package.version
+                ));
+            }
+        }
+    }
+    newer.sort();
+    Ok(newer)
+}
+
+/// The `msrv` lint step: fails naming every dependency that needs a later Rust than stated.
+pub fn msrv() -> Result {
+    let out = util::cargo()
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata failed ({})", out.status).into());
+    }
+    let metadata: Metadata = serde_json::from_slice(&out.stdout)?;
+    let newer = newer_than_msrv(&metadata, CRATE)?;
+    if newer.is_empty() {
+        util::info(format!(
+            "every dependency of {CRATE} builds with its stated rust-version"
+        ));
+        return Ok(());
+    }
+    Err(format!(
+        "{CRATE}'s rust-version is earlier than these dependencies need:\n  {}",
+        newer.join("\n  ")
+    )
+    .into())
+}
+
+/// The `package` lint step. The verify build is the packed crate alone, whose manifest has no
+/// workspace profile: the workspace's dev profile is passed on so its dependencies are built
+/// without debug info, as the workspace's own are (a fifth less CPU cold), and so that a
+/// `cargo build -p tollgate` or `cargo test -p tollgate` in the workspace shares them.
+pub fn package() -> Result {
+    util::run(util::cargo().args([
+        "package",
+        "-p",
+        CRATE,
+        "--locked",
+        // The working tree is what is checked, committed or not (a local run before a commit).
+        "--allow-dirty",
+        "--config",
+        "profile.dev.debug=\"line-tables-only\"",
+        "--config",
+        "profile.dev.package.\"*\".debug=false",
+    ]))
+}
+
+/// The `doc` lint step.
+pub fn doc() -> Result {
+    util::run(
+        util::cargo()
+            .args(["doc", "-p", CRATE, "--no-deps", "--locked"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `root` 1.85 → `a` (normal, 1.85.0) → `c` (build, 1.90); `root` → `b` (dev only, 1.99);
+    /// `b` → `d` (normal, 1.99); `a` → `e` (no rust-version).
+    fn metadata(root_msrv: Option<&str>) -> Metadata {
+        let package = |id: &str, rv: Option<&str>| serde_json::json!({"id": id, "name": id, "version": "1.0.0", "rust_version": rv});
+        let dep = |pkg: &str, kind: Option<&str>| serde_json::json!({"pkg": pkg, "dep_kinds": [{"kind": kind, "target": null}]});
+        let value = serde_json::json!({
+            "packages": [
+                package("root", root_msrv),
+                package("a", Some("1.85.0")),
+                package("b", Some("1.99")),
+                package("c", Some("1.90")),
+                package("d", Some("1.99")),
+                package("e", None),
+            ],
+            "resolve": {"nodes": [
+                {"id": "root", "deps": [dep("a", None), dep("b", Some("dev"))]},
+                {"id": "a", "deps": [dep("c", Some("build")), dep("e", None)]},
+                {"id": "b", "deps": [dep("d", None)]},
+                {"id": "c", "deps": []},
+                {"id": "d", "deps": []},
+                {"id": "e", "deps": []},
+            ]},
+        });
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_build_dependency_counts_and_dev_dependencies_do_not() {
+        let newer = newer_than_msrv(&metadata(Some("1.85")), "root").unwrap();
+        assert_eq!(newer, ["c 1.0.0 (rust-version 1.90)"]);
+    }
+
+    #[test]
+    fn nothing_is_newer_when_the_msrv_is_late_enough() {
+        let newer = newer_than_msrv(&metadata(Some("1.90.0")), "root").unwrap();
+        assert!(newer.is_empty(), "{newer:?}");
+    }
+
+    #[test]
+    fn a_crate_without_a_stated_msrv_is_refused() {
+        assert!(newer_than_msrv(&metadata(None), "root").is_err());
+    }
+
+    #[test]
+    fn versions_compare_by_number_with_missing_parts_as_zero() {
+        assert_eq!(version("1.85").unwrap(), version("1.85.0").unwrap());
+        assert!(version("1.100").unwrap() > version("1.99.9").unwrap());
+        assert!(version("1.94.1").unwrap() > version("1.94").unwrap());
+        assert!(version("one").is_err());
+    }
+}
