@@ -8,13 +8,17 @@
 //!   (on by default, and `-D warnings` in the clippy step) catches our own use of a newer std
 //!   API, and this catches a dependency that would refuse the stated toolchain. Neither sees a
 //!   language feature newer than the MSRV in our code: building with that toolchain would.
-//! - **package**: `cargo package -p tollgate`, which packs the crate and builds the packed copy
-//!   on its own, so a path dependency or a file outside the package fails here. Warm it takes
-//!   4 to 8 s. Cold it builds the crate's dependencies once more, with tollgate's features
-//!   alone (nothing is unified with the workspace): 7 min on 2 shared cores (4.5 min of CPU,
-//!   5.6 without the profile below), the price of building what an adopter builds.
 //! - **doc**: `cargo doc -p tollgate --no-deps` with warnings denied (broken or private links,
-//!   `missing_docs` is the crate's own `deny`).
+//!   `missing_docs` is the crate's own `deny`). It checks the crate's dependencies with
+//!   tollgate's features alone, as an adopter's build has them.
+//! - **package**: `cargo package -p tollgate --no-verify`, which packs the crate as it would
+//!   be published (a path dependency fails here), then `cargo check` of the packed copy on its
+//!   own, outside the workspace, so a file left out of the package or a feature only the
+//!   workspace turned on fails too. Cargo's own verify step builds the packed copy instead
+//!   (code generation too): cold, that compiles every dependency once more (7 min on 2 shared
+//!   cores), where the check reuses the dependencies the doc step just checked with the same
+//!   features and profile (seconds). A library is not linked, so a check misses nothing a
+//!   build of it would catch but a code generation bug of the compiler.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -165,10 +169,16 @@ pub fn msrv() -> Result {
     .into())
 }
 
-/// The `package` lint step. The verify build is the packed crate alone, whose manifest has no
-/// workspace profile: the workspace's dev profile is passed on so its dependencies are built
-/// without debug info, as the workspace's own are (a fifth less CPU cold), and so that a
-/// `cargo build -p tollgate` or `cargo test -p tollgate` in the workspace shares them.
+/// The workspace's dev profile, for a build outside the workspace (the packed crate's manifest
+/// has none) that should share the workspace's dependency artifacts.
+const DEV_PROFILE: [&str; 4] = [
+    "--config",
+    "profile.dev.debug=\"line-tables-only\"",
+    "--config",
+    "profile.dev.package.\"*\".debug=false",
+];
+
+/// The `package` lint step: pack, unpack into a scratch directory, check there alone.
 pub fn package() -> Result {
     util::run(util::cargo().args([
         "package",
@@ -177,11 +187,46 @@ pub fn package() -> Result {
         "--locked",
         // The working tree is what is checked, committed or not (a local run before a commit).
         "--allow-dirty",
-        "--config",
-        "profile.dev.debug=\"line-tables-only\"",
-        "--config",
-        "profile.dev.package.\"*\".debug=false",
-    ]))
+        "--no-verify",
+    ]))?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| util::workspace_root().join("target"));
+    let packed = std::fs::read_dir(target.join("package"))
+        .map_err(|e| format!("no packed crate under {}: {e}", target.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{CRATE}-")) && n.ends_with(".crate"))
+        })
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .ok_or("cargo package wrote no .crate file")?;
+    let scratch = std::env::temp_dir().join(format!("tollgate-packed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
+    let unpacked = util::run(
+        std::process::Command::new("tar")
+            .arg("-xzf")
+            .arg(&packed)
+            .arg("-C")
+            .arg(&scratch),
+    )
+    .and_then(|()| {
+        let dir = std::fs::read_dir(&scratch)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.is_dir())
+            .ok_or("the .crate held no directory")?;
+        util::run(
+            util::cargo()
+                .current_dir(&dir)
+                .env("CARGO_TARGET_DIR", &target)
+                .args(["check", "--locked"])
+                .args(DEV_PROFILE),
+        )
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    unpacked
 }
 
 /// The `doc` lint step.

@@ -81,13 +81,13 @@ pub fn run(args: Args) -> Result {
         step("msrv: tollgate's dependencies against its rust-version");
         package::msrv()
     });
-    check("package", !args.no_lint, true, &|| {
-        step("package: cargo package -p tollgate");
-        package::package()
-    });
     check("doc", !args.no_lint, false, &|| {
         step("doc: cargo doc -p tollgate, warnings denied");
         package::doc()
+    });
+    check("package", !args.no_lint, true, &|| {
+        step("package: cargo package -p tollgate, the packed crate checked alone");
+        package::package()
     });
     check("test", true, false, &|| {
         workspace_tests(&tools, &args.test_args)
