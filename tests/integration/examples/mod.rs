@@ -5,6 +5,7 @@
 
 mod idempotent_transaction;
 mod rate_limited;
+mod sqs_idempotent;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use crate::deploy::template::{at, Template};
 use crate::deploy::tools;
 
 /// The examples, by directory under `examples/`.
-const EXAMPLES: &[&str] = &["rate-limited", "idempotent-transaction"];
+const EXAMPLES: &[&str] = &["rate-limited", "idempotent-transaction", "sqs-idempotent"];
 
 fn example_dir(example: &str) -> PathBuf {
     tools::repo_root().join("examples").join(example)
