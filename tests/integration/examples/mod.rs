@@ -4,6 +4,7 @@
 //! for the README's answers. And each template passes cfn-lint and `sam validate --lint`.
 
 mod idempotent_transaction;
+mod kill_switched_secret;
 mod rate_limited;
 mod sqs_idempotent;
 
@@ -20,7 +21,12 @@ use crate::deploy::template::{at, Template};
 use crate::deploy::tools;
 
 /// The examples, by directory under `examples/`.
-const EXAMPLES: &[&str] = &["rate-limited", "idempotent-transaction", "sqs-idempotent"];
+const EXAMPLES: &[&str] = &[
+    "rate-limited",
+    "idempotent-transaction",
+    "sqs-idempotent",
+    "kill-switched-secret",
+];
 
 fn example_dir(example: &str) -> PathBuf {
     tools::repo_root().join("examples").join(example)
@@ -58,6 +64,17 @@ impl ExampleTables {
     /// a `!Ref` to a table is this test's table, a `!Ref` to a parameter its default; then
     /// `extra` on top (what the README sets for a local run, or a test's own limits).
     pub fn function_env(&self, example: &str, extra: &[(&str, &str)]) -> Env {
+        self.function_env_without(example, &[], extra)
+    }
+
+    /// [`Self::function_env`] with the variables `unset` left out (a README's local run that
+    /// replaces one, e.g. a secret's SSM name by its plain value).
+    pub fn function_env_without(
+        &self,
+        example: &str,
+        unset: &[&str],
+        extra: &[(&str, &str)],
+    ) -> Env {
         let template = Template::load_from(&example_dir(example).join("template.yaml"));
         let functions = template.ids_of_type("AWS::Serverless::Function");
         let [function] = functions.iter().collect::<Vec<_>>()[..] else {
@@ -75,6 +92,9 @@ impl ExampleTables {
         let mut env = Env::from_pairs(Vec::<(String, String)>::new());
         for (name, value) in variables {
             let name = name.as_str().expect("variable names are strings");
+            if unset.contains(&name) {
+                continue;
+            }
             let value = match (value.as_str(), value.get("Ref").and_then(Value::as_str)) {
                 (Some(literal), _) => literal.to_string(),
                 (None, Some(id)) => match self.0.get(id) {
