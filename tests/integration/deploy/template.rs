@@ -20,7 +20,7 @@ impl Template {
 
     /// Another template (an example's).
     pub fn load_from(path: &std::path::Path) -> Self {
-        let text = std::fs::read_to_string(&path)
+        let text = std::fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         let root: Value = serde_norway::from_str(&text)
             .unwrap_or_else(|e| panic!("{} is not valid YAML: {e}", path.display()));
