@@ -17,7 +17,7 @@ use tollgate_tests::dynamo::unique_prefix;
 
 use serde_norway::Value;
 
-use crate::deploy::template::{at, Template};
+use crate::deploy::template::{at, get_att_arn, one_or_many, Template};
 use crate::deploy::tools;
 
 /// The examples, by directory under `examples/`.
@@ -164,6 +164,65 @@ fn every_example_depends_on_the_library_only() {
         assert!(
             example_dir(example).join("README.md").is_file(),
             "{example} has no README.md"
+        );
+    }
+}
+
+/// Least privilege in each example's template: every statement names its actions (no
+/// wildcard), and every DynamoDB action is granted on one of the template's own tables, by
+/// `!GetAtt <Table>.Arn` (no `*`, no index, no other table); no role or policy besides the
+/// function's own `Policies`.
+#[test]
+fn every_example_grants_named_actions_on_its_own_tables_only() {
+    for example in EXAMPLES {
+        let template = Template::load_from(&example_dir(example).join("template.yaml"));
+        let tables = template.ids_of_type("AWS::DynamoDB::Table");
+        for ty in [
+            "AWS::IAM::Role",
+            "AWS::IAM::Policy",
+            "AWS::IAM::ManagedPolicy",
+        ] {
+            assert!(
+                template.ids_of_type(ty).is_empty(),
+                "{example} declares {ty}"
+            );
+        }
+        let mut dynamodb_grants = 0;
+        for function in template.ids_of_type("AWS::Serverless::Function") {
+            let policies = at(template.resource(&function), &["Properties", "Policies"]);
+            for policy in one_or_many(policies) {
+                // SAM policy templates (SQSPollerPolicy) are scoped by SAM to what they name.
+                let Some(statements) = policy.get("Statement") else {
+                    continue;
+                };
+                for statement in one_or_many(statements) {
+                    let actions = one_or_many(at(statement, &["Action"]));
+                    for action in &actions {
+                        let action = action.as_str().expect("actions are strings");
+                        assert!(!action.contains('*'), "{example}: {action}");
+                    }
+                    let on_dynamodb = actions
+                        .iter()
+                        .any(|a| a.as_str().is_some_and(|a| a.starts_with("dynamodb:")));
+                    if !on_dynamodb {
+                        continue;
+                    }
+                    for resource in one_or_many(at(statement, &["Resource"])) {
+                        let table = get_att_arn(resource).unwrap_or_else(|| {
+                            panic!("{example}: DynamoDB granted on {resource:?}, not a table's Arn")
+                        });
+                        assert!(
+                            tables.contains(table),
+                            "{example}: {table} is not its table"
+                        );
+                        dynamodb_grants += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            dynamodb_grants > 0,
+            "{example} grants nothing on its tables"
         );
     }
 }
