@@ -12,6 +12,7 @@
 //! xtask runs them by name.
 
 mod deploy;
+mod examples;
 mod guards;
 mod openapi;
 mod session;

@@ -12,8 +12,8 @@
 //! cfn-lint and sam come from the venv `cargo xtask setup` creates (see `tools::find`).
 
 mod page;
-mod template;
-mod tools;
+pub(crate) mod template;
+pub(crate) mod tools;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -15,8 +15,12 @@ pub struct Template {
 
 impl Template {
     pub fn load() -> Self {
-        let path = template_path();
-        let text = std::fs::read_to_string(&path)
+        Self::load_from(&template_path())
+    }
+
+    /// Another template (an example's).
+    pub fn load_from(path: &std::path::Path) -> Self {
+        let text = std::fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         let root: Value = serde_norway::from_str(&text)
             .unwrap_or_else(|e| panic!("{} is not valid YAML: {e}", path.display()));
