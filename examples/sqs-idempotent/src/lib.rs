@@ -32,9 +32,7 @@ use lambda_http::lambda_runtime::LambdaEvent;
 use serde::Deserialize;
 use tollgate::clock::SharedClock;
 use tollgate::config::{ConfigError, Env};
-use tollgate::idempotency::{
-    fingerprint, Claim, Existing, IdempotencyKey, IdempotencyStore, Scope, StoredResponse,
-};
+use tollgate::idempotency::{fingerprint, IdempotencyKey, IdempotencyStore, Once, Scope};
 
 /// The SQS event and response types, as `aws_lambda_events` has them.
 pub use aws_lambda_events::event::sqs;
@@ -154,7 +152,7 @@ impl<F: Fulfil> Consumer<F> {
 
     async fn process(&self, record: &SqsMessage) -> Processed {
         let id = record.message_id.as_deref().unwrap_or_default();
-        let Ok(key) = IdempotencyKey::parse(Some(id.as_bytes())) else {
+        let Ok(key) = IdempotencyKey::new(id) else {
             tracing::error!("a record without a usable message id");
             return Processed::Failed;
         };
@@ -168,56 +166,37 @@ impl<F: Fulfil> Consumer<F> {
             return Processed::Failed;
         };
         let scope = Scope::new(CONSUMER, ROUTE, &key);
-        let fingerprint = fingerprint(&value);
-        let lease = match self.idempotency.claim(&scope, &fingerprint, LEASE).await {
-            Ok(Claim::Acquired(lease)) => lease,
-            Ok(Claim::Existing(Existing::Replay(_))) => {
-                tracing::info!(message_id = id, "already processed; skipped");
-                return Processed::Done;
-            }
-            Ok(Claim::Existing(Existing::InProgress { .. })) => {
+        // Claimed, run, stored; or released when the fulfilment fails.
+        let ran = self
+            .idempotency
+            .once(&scope, &fingerprint(&value), LEASE, || async {
+                self.fulfil.fulfil(&order).await.map(String::into_bytes)
+            })
+            .await;
+        match ran {
+            // Done now or before. A record that could not be completed is still done: the
+            // effect happened, and reporting it would run it again on redelivery (logged).
+            Ok(Once::Ran { .. } | Once::Replayed(_)) => Processed::Done,
+            Ok(Once::InProgress { .. }) => {
                 tracing::info!(
                     message_id = id,
                     "being processed elsewhere; SQS redelivers it"
                 );
-                return Processed::Failed;
+                Processed::Failed
             }
-            Ok(Claim::Existing(Existing::KeyReused)) => {
+            Ok(Once::KeyReused) => {
                 tracing::error!(
                     message_id = id,
                     "a message id seen before with another body"
                 );
-                return Processed::Failed;
+                Processed::Failed
+            }
+            Ok(Once::Failed(e)) => {
+                tracing::warn!(message_id = id, error = %e, source = ?std::error::Error::source(&e), "fulfilment failed; released for a retry");
+                Processed::Failed
             }
             Err(e) => {
                 tracing::error!(message_id = id, error = %e, "idempotency store failed");
-                return Processed::Failed;
-            }
-        };
-        match self.fulfil.fulfil(&order).await {
-            Ok(receipt) => {
-                let stored = StoredResponse {
-                    status: 200,
-                    headers: Vec::new(),
-                    body: receipt.into_bytes(),
-                };
-                match self.idempotency.complete(&lease, &stored, None).await {
-                    Ok(()) => Processed::Done,
-                    // The effect happened; only its record is missing. Reporting the record
-                    // would run the effect again on redelivery, so it is done, and logged: the
-                    // lease lapses and a later duplicate would run it again.
-                    Err(e) => {
-                        tracing::error!(message_id = id, error = %e, "processed, but the record could not be completed");
-                        Processed::Done
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(message_id = id, error = %e, source = ?std::error::Error::source(&e), "fulfilment failed; released for a retry");
-                if let Err(release) = self.idempotency.release(&lease).await {
-                    // The claim then lapses by itself after LEASE, before SQS redelivers.
-                    tracing::warn!(message_id = id, error = %release, "could not release the claim");
-                }
                 Processed::Failed
             }
         }

@@ -79,15 +79,9 @@ impl IdempotencyKey {
         Self::parse(Some(value.as_bytes())).map(Some)
     }
 
-    /// Parses a header value (`None` when the header is absent).
-    pub fn parse(raw: Option<&[u8]>) -> Result<Self, KeyError> {
-        let raw = raw.ok_or(KeyError::Missing)?;
-        let raw = std::str::from_utf8(raw).map_err(|_| KeyError::NotVisibleAscii)?;
-        let raw = raw.trim_matches(|c| c == ' ' || c == '\t');
-        let key = match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
-            Some(inner) => unescape_sf_string(inner)?,
-            None => raw.to_string(),
-        };
+    /// A key that did not come from a header: an SQS message id, a job's name. The same rules
+    /// as a header's value (visible ASCII, at most [`MAX_KEY_LEN`]), without the quoting.
+    pub fn new(key: &str) -> Result<Self, KeyError> {
         if key.is_empty() {
             return Err(KeyError::Empty);
         }
@@ -97,7 +91,19 @@ impl IdempotencyKey {
         if key.len() > MAX_KEY_LEN {
             return Err(KeyError::TooLong);
         }
-        Ok(Self(key))
+        Ok(Self(key.to_string()))
+    }
+
+    /// Parses a header value (`None` when the header is absent).
+    pub fn parse(raw: Option<&[u8]>) -> Result<Self, KeyError> {
+        let raw = raw.ok_or(KeyError::Missing)?;
+        let raw = std::str::from_utf8(raw).map_err(|_| KeyError::NotVisibleAscii)?;
+        let raw = raw.trim_matches(|c| c == ' ' || c == '\t');
+        let key = match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+            Some(inner) => unescape_sf_string(inner)?,
+            None => raw.to_string(),
+        };
+        Self::new(&key)
     }
 
     /// The key, if it is at least [`MIN_UNGUESSABLE_KEY_LEN`] characters long.

@@ -44,6 +44,7 @@
 
 mod fingerprint;
 mod key;
+mod once;
 mod peek;
 mod record;
 mod replays;
@@ -67,6 +68,7 @@ pub use fingerprint::fingerprint;
 pub use key::{
     IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, MAX_KEY_LEN, MIN_UNGUESSABLE_KEY_LEN,
 };
+pub use once::Once;
 pub use peek::AbsentKeys;
 pub use record::{
     Attributes, Existing, Record, RecordState, Scope, StoredResponse, REPLAYED_HEADER,

@@ -9,6 +9,7 @@ mod kill_switch;
 mod late_writes;
 mod layers;
 mod limiter_faults;
+mod once;
 mod published_limits;
 mod rate_limits;
 mod request_counts;
