@@ -4,12 +4,11 @@
 //! client this process has already verified, from memory, ahead of authentication.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use lambda_http::{Body, Request, Response};
-use tollgate::layers::{reject, Caller, Identity, KeyExtractor, MissingExtension, ResponseFuture};
+use tollgate::layers::{reject, Caller, Guard, Guarded, Identity, KeyExtractor, MissingExtension};
 use tollgate::ApiError;
-use tower::{Layer, Service};
+use tower::Layer;
 
 use crate::clients::{bearer_token, ClientStore};
 
@@ -66,55 +65,25 @@ impl AuthenticateLayer {
 }
 
 impl<S> Layer<S> for AuthenticateLayer {
-    type Service = Authenticate<S>;
+    type Service = Guarded<Self, S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Authenticate {
-            inner,
-            clients: self.clients.clone(),
-        }
+        Guarded::new(self.clone(), inner)
     }
 }
 
-/// The service of [`AuthenticateLayer`].
-#[derive(Debug, Clone)]
-pub struct Authenticate<S> {
-    inner: S,
-    clients: Arc<ClientStore>,
-}
-
-impl<S> Service<Request> for Authenticate<S>
-where
-    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = lambda_http::Error;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let clients = self.clients.clone();
-        Box::pin(async move {
-            let Some(token) = bearer_token(req.headers().get(http::header::AUTHORIZATION)) else {
-                return Ok(reject(&req, &ApiError::Unauthorized));
-            };
-            match clients.authenticate(&token).await {
-                Ok(Some(id)) => {
-                    req.extensions_mut().insert(ClientId(id));
-                    inner.call(req).await
-                }
-                Ok(None) => Ok(reject(&req, &ApiError::Unauthorized)),
-                Err(e) => Ok(reject(&req, &ApiError::from(e))),
+impl Guard for AuthenticateLayer {
+    async fn admit(&self, req: &mut Request) -> Result<(), Response<Body>> {
+        let Some(token) = bearer_token(req.headers().get(http::header::AUTHORIZATION)) else {
+            return Err(reject(req, &ApiError::Unauthorized));
+        };
+        match self.clients.authenticate(&token).await {
+            Ok(Some(id)) => {
+                req.extensions_mut().insert(ClientId(id));
+                Ok(())
             }
-        })
+            Ok(None) => Err(reject(req, &ApiError::Unauthorized)),
+            Err(e) => Err(reject(req, &ApiError::from(e))),
+        }
     }
 }

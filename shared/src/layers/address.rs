@@ -3,14 +3,12 @@
 //! and whether the request carries the real internal token.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use lambda_http::{Body, Request, Response};
 use secrecy::SecretString;
 use tower_layer::Layer;
-use tower_service::Service;
 
-use super::{reject, take_ready, ResponseFuture};
+use super::{reject, Guard, Guarded};
 use crate::client_addr::{self, ClientAddr, ClientIpSource};
 use crate::config::SecretSource;
 use crate::internal::{is_internal_token, INTERNAL_TOKEN_HEADER};
@@ -131,50 +129,21 @@ impl ClientAddressLayer {
 }
 
 impl<S> Layer<S> for ClientAddressLayer {
-    type Service = ClientAddressService<S>;
+    type Service = Guarded<Self, S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ClientAddressService {
-            inner,
-            source: self.source.clone(),
-        }
+        Guarded::new(self.clone(), inner)
     }
 }
 
-/// The service of [`ClientAddressLayer`].
-#[derive(Debug, Clone)]
-pub struct ClientAddressService<S> {
-    inner: S,
-    source: Arc<ClientAddressSource>,
-}
-
-impl<S> Service<Request> for ClientAddressService<S>
-where
-    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = lambda_http::Error;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request) -> Self::Future {
-        let mut inner = take_ready(&mut self.inner);
-        let source = self.source.clone();
-        Box::pin(async move {
-            match source.caller(&req).await {
-                Ok(caller) => {
-                    req.extensions_mut().insert(caller);
-                    inner.call(req).await
-                }
-                Err(e) => Ok(reject(&req, &e)),
+impl Guard for ClientAddressLayer {
+    async fn admit(&self, req: &mut Request) -> Result<(), Response<Body>> {
+        match self.source.caller(req).await {
+            Ok(caller) => {
+                req.extensions_mut().insert(caller);
+                Ok(())
             }
-        })
+            Err(e) => Err(reject(req, &e)),
+        }
     }
 }

@@ -2,13 +2,11 @@
 //! flip, before any other guard spends anything.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use lambda_http::{Body, Request, Response};
 use tower_layer::Layer;
-use tower_service::Service;
 
-use super::{reject, take_ready, ResponseFuture};
+use super::{reject, Guard, Guarded};
 use crate::kill_switch::KillSwitch;
 use crate::problem::ApiError;
 
@@ -31,50 +29,18 @@ impl KillSwitchLayer {
 }
 
 impl<S> Layer<S> for KillSwitchLayer {
-    type Service = KillSwitchService<S>;
+    type Service = Guarded<Self, S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        KillSwitchService {
-            inner,
-            switch: self.switch.clone(),
-            key: self.key.clone(),
+        Guarded::new(self.clone(), inner)
+    }
+}
+
+impl Guard for KillSwitchLayer {
+    async fn admit(&self, req: &mut Request) -> Result<(), Response<Body>> {
+        match self.switch.check(&self.key).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(reject(req, &ApiError::from(e))),
         }
-    }
-}
-
-/// The service of [`KillSwitchLayer`].
-#[derive(Debug, Clone)]
-pub struct KillSwitchService<S> {
-    inner: S,
-    switch: Arc<KillSwitch>,
-    key: Arc<str>,
-}
-
-impl<S> Service<Request> for KillSwitchService<S>
-where
-    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = lambda_http::Error;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        let mut inner = take_ready(&mut self.inner);
-        let switch = self.switch.clone();
-        let key = self.key.clone();
-        Box::pin(async move {
-            match switch.check(&key).await {
-                Ok(()) => inner.call(req).await,
-                Err(e) => Ok(reject(&req, &ApiError::from(e))),
-            }
-        })
     }
 }

@@ -41,6 +41,7 @@
 mod address;
 mod check;
 mod cors;
+mod guard;
 mod idempotency;
 mod kill_switch;
 mod rate_limit;
@@ -53,20 +54,21 @@ use std::task::{Context, Poll};
 
 use lambda_http::{Body, Request, Response};
 
-pub use address::{Caller, ClientAddressLayer, ClientAddressService, ClientAddressSource};
-pub use check::{CheckLayer, CheckService};
+pub use address::{Caller, ClientAddressLayer, ClientAddressSource};
+pub use check::CheckLayer;
 pub use cors::{CorsLayer, CorsService};
+pub use guard::{Guard, GuardLayer, Guarded};
 pub use idempotency::{
     Claimed, IdempotencyLayer, IdempotencyService, IdempotentRequest, InProgress, KeyedJson,
     RecordExpiry, ReplayHook,
 };
-pub use kill_switch::{KillSwitchLayer, KillSwitchService};
+pub use kill_switch::KillSwitchLayer;
 pub use rate_limit::{
     AdmissionSlot, Admitted, ClientAddress, Global, Identity, KeyExtractor, MissingExtension,
     RateLimitLayer, RateLimitService, Verified,
 };
 pub use respond::{RequestId, RespondLayer, RespondService};
-pub use routes::{Methods, RouteMethods, RoutePath, RoutesLayer, RoutesService};
+pub use routes::{Methods, RouteMethods, RoutePath, RoutesLayer};
 
 use crate::problem::{ApiError, ClientError};
 

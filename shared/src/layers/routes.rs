@@ -2,13 +2,11 @@
 //! serves spends nothing; and the path to route on, after the base path, for the router.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use lambda_http::{Body, Request, Response};
 use tower_layer::Layer;
-use tower_service::Service;
 
-use super::{reject, take_ready, ResponseFuture};
+use super::{reject, Guard, Guarded};
 use crate::problem::ApiError;
 
 /// The methods the route at a path serves, as a 405's `Allow` lists them (`"GET, PUT"`);
@@ -69,28 +67,22 @@ impl RoutesLayer {
 }
 
 impl<S> Layer<S> for RoutesLayer {
-    type Service = RoutesService<S>;
+    type Service = Guarded<Self, S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RoutesService {
-            inner,
-            routes: self.routes.clone(),
-        }
+        Guarded::new(self.clone(), inner)
     }
 }
 
-/// The service of [`RoutesLayer`].
-#[derive(Clone)]
-pub struct RoutesService<S> {
-    inner: S,
-    routes: Arc<Routes>,
-}
-
-impl<S: std::fmt::Debug> std::fmt::Debug for RoutesService<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RoutesService")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
+impl Guard for RoutesLayer {
+    async fn admit(&self, req: &mut Request) -> Result<(), Response<Body>> {
+        match self.routes.check(req) {
+            Ok(path) => {
+                req.extensions_mut().insert(RoutePath(path));
+                Ok(())
+            }
+            Err(e) => Err(reject(req, &e)),
+        }
     }
 }
 
@@ -104,36 +96,5 @@ impl Routes {
         }
         crate::http::body_bytes(req, self.max_body_bytes)?;
         Ok(path.to_string())
-    }
-}
-
-impl<S> Service<Request> for RoutesService<S>
-where
-    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = lambda_http::Error;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request) -> Self::Future {
-        let mut inner = take_ready(&mut self.inner);
-        let routes = self.routes.clone();
-        Box::pin(async move {
-            match routes.check(&req) {
-                Ok(path) => {
-                    req.extensions_mut().insert(RoutePath(path));
-                    inner.call(req).await
-                }
-                Err(e) => Ok(reject(&req, &e)),
-            }
-        })
     }
 }

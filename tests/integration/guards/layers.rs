@@ -10,8 +10,8 @@ use lambda_http::{Body, Request, Response};
 use tollgate::gate::Gate;
 use tollgate::http::json_response;
 use tollgate::layers::{
-    handler_fn, Admitted, Caller, ClientAddress, Global, Identity, Methods, RequestId,
-    ResponseFuture, Verified,
+    handler_fn, Admitted, Caller, ClientAddress, Global, Guard, GuardLayer, Identity, Methods,
+    RequestId, ResponseFuture, Verified,
 };
 use tollgate::ratelimit::Layer;
 use tollgate::ApiError;
@@ -81,26 +81,6 @@ fn handler(
             ))
         }
     })
-}
-
-/// Inserts the tenant from `X-Tenant` (the application's own verification), or answers 401.
-fn verify_tenant(req: Request) -> Result<Request, Box<Response<Body>>> {
-    let tenant = req
-        .headers()
-        .get("x-tenant")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    match tenant {
-        Some(t) => {
-            let mut req = req;
-            req.extensions_mut().insert(Tenant(t));
-            Ok(req)
-        }
-        None => Err(Box::new(tollgate::layers::reject(
-            &req,
-            &ApiError::Unauthorized,
-        ))),
-    }
 }
 
 #[tokio::test]
@@ -212,7 +192,7 @@ async fn an_identity_limit_counts_only_a_verified_identity_and_the_address_count
             gate.rate_limit_layer()
                 .limit(gate.rate_limit(Layer::Ip), ClientAddress),
         )
-        .layer(tower::layer::layer_fn(|inner| TenantCheck { inner }))
+        .layer(GuardLayer::new(TenantCheck))
         .layer(
             gate.rate_limit_layer()
                 .limit(gate.rate_limit(Layer::Client), Verified::<Tenant>::new())
@@ -271,39 +251,24 @@ async fn an_identity_limit_counts_only_a_verified_identity_and_the_address_count
     assert!(!String::from_utf8_lossy(resp.body().as_ref()).contains("Tenant"));
 }
 
-/// The tenant check as a layer: [`verify_tenant`], answering 401 itself.
+/// The tenant check as an adopter writes a guard of its own: the decision alone.
 #[derive(Clone)]
-struct TenantCheck<S> {
-    inner: S,
-}
+struct TenantCheck;
 
-impl<S> Service<Request> for TenantCheck<S>
-where
-    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = lambda_http::Error;
-    type Future = ResponseFuture;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        let mut inner = self.inner.clone();
-        Box::pin(async move {
-            match verify_tenant(req) {
-                Ok(req) => inner.ready().await?.call(req).await,
-                Err(refused) => Ok(*refused),
+impl Guard for TenantCheck {
+    async fn admit(&self, req: &mut Request) -> Result<(), Response<Body>> {
+        let tenant = req
+            .headers()
+            .get("x-tenant")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        match tenant {
+            Some(t) => {
+                req.extensions_mut().insert(Tenant(t));
+                Ok(())
             }
-        })
+            None => Err(tollgate::layers::reject(req, &ApiError::Unauthorized)),
+        }
     }
 }
 
