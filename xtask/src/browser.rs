@@ -15,9 +15,10 @@ use crate::setup::{self, Need, Tools};
 use crate::util::{self, info, step, Result};
 
 /// What the browser tests' stack changes: a small `ip` limit for the session function (the third
-/// session of a window is refused), a block cache and kill-switch cache of 0 (each test's reset
+/// session within an hour is refused; sliding, so a test that runs across the top of the hour,
+/// when a fixed window would start counting again, still sees the units it spent), a block cache and kill-switch cache of 0 (each test's reset
 /// and flip apply at once), and a short upstream cooldown (the page's 503 waits stay short).
-const SESSION_LIMITS: &str = "ip=2/1h,global=1000/1d";
+const SESSION_LIMITS: &str = "ip=2/1h:sliding,global=1000/1d";
 const STACK_ENV: &[(&str, &str)] = &[
     ("RATE_LIMIT_BLOCK_CACHE_SECONDS", "0"),
     ("KILL_SWITCH_CACHE_SECONDS", "0"),
