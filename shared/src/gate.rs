@@ -252,24 +252,6 @@ impl Gate {
         }
     }
 
-    /// 429 if the block cache knows one of `layers` to be full, costing no DynamoDB request and
-    /// counting nothing: for a request whose later layer can be known before an earlier one is
-    /// counted (a client this process has verified, whose `client` layer is full, is refused
-    /// before its `ip` increment and refund).
-    pub fn refuse_if_blocked(
-        &self,
-        caller: &Caller,
-        layers: &[(Layer, &str)],
-    ) -> Result<(), ApiError> {
-        match self.limiter.blocked(&self.checks(caller, layers)) {
-            Some(decision) => {
-                tracing::info!(decision = "rejected", layer = %decision.limit.layer(), source = "block_cache", "rate limited");
-                Err(ApiError::RateLimited(decision))
-            }
-            None => Ok(()),
-        }
-    }
-
     /// The configured layers among `layers` for this caller, as limiter checks.
     fn checks<'a>(&'a self, caller: &Caller, layers: &[(Layer, &'a str)]) -> Vec<LimitCheck<'a>> {
         layers

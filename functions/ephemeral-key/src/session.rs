@@ -76,11 +76,12 @@ struct Minted<'a> {
 #[derive(Debug, Clone)]
 pub struct Parsed(pub Result<Valid, SessionError>);
 
-/// A valid request: the voice, the body as a value for the fingerprint, and the key if any.
+/// A valid request: the voice, the fingerprint of its body, and the key if any (the
+/// fingerprint is computed once here, for both idempotency layers).
 #[derive(Debug, Clone)]
 pub struct Valid {
     pub voice: String,
-    pub canonical: Value,
+    pub fingerprint: String,
     pub key: Option<IdempotencyKey>,
 }
 
@@ -115,7 +116,7 @@ impl IdempotentRequest for SessionKey {
         Ok(valid.key.as_ref().map(|key| {
             (
                 Scope::new(&caller.addr.to_string(), crate::FUNCTION.route, key),
-                fingerprint(&valid.canonical),
+                valid.fingerprint.clone(),
             )
         }))
     }
@@ -152,7 +153,7 @@ impl Sessions {
             .transpose()?;
         Ok(Valid {
             voice,
-            canonical,
+            fingerprint: fingerprint(&canonical),
             key,
         })
     }

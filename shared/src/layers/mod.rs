@@ -83,8 +83,12 @@ pub struct Rejected(pub ApiError);
 
 /// The problem+json answer to `req` for `error`, marked [`Rejected`] when it is a shared error.
 pub fn reject(req: &Request, error: &impl ClientError) -> Response<Body> {
-    let id = respond::request_id_of(req);
-    let mut response = error.to_response(&id);
+    rejected(&respond::request_id_of(req), error)
+}
+
+/// `error`'s answer for the request `id`, marked [`Rejected`] when it is a shared error.
+fn rejected(id: &str, error: &impl ClientError) -> Response<Body> {
+    let mut response = error.to_response(id);
     if let Some(api) = error.as_api_error() {
         response.extensions_mut().insert(Rejected(api.clone()));
     }
@@ -129,18 +133,7 @@ where
     fn call(&mut self, req: Request) -> Self::Future {
         let id = respond::request_id_of(&req);
         let fut = (self.0)(req);
-        Box::pin(async move {
-            Ok(match fut.await {
-                Ok(response) => response,
-                Err(e) => {
-                    let mut response = e.to_response(&id);
-                    if let Some(api) = e.as_api_error() {
-                        response.extensions_mut().insert(Rejected(api.clone()));
-                    }
-                    response
-                }
-            })
-        })
+        Box::pin(async move { Ok(fut.await.unwrap_or_else(|e| rejected(&id, &e))) })
     }
 }
 
