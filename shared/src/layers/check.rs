@@ -10,6 +10,23 @@ use super::{reject, Guard, Guarded};
 use crate::problem::ClientError;
 
 /// Refuses a request when `check` returns an error, with that error's problem+json answer.
+///
+/// ```
+/// use lambda_http::Request;
+/// use tollgate::layers::CheckLayer;
+/// use tollgate::ApiError;
+///
+/// // Only JSON bodies reach the handler; anything else is a 400 that names the header.
+/// let json_only = CheckLayer::new(|req: &Request| {
+///     match req.headers().get("content-type").map(|v| v.as_bytes()) {
+///         Some(b"application/json") => Ok(()),
+///         _ => Err(ApiError::BadRequest {
+///             detail: "Content-Type must be application/json".into(),
+///         }),
+///     }
+/// });
+/// # let _ = json_only;
+/// ```
 #[derive(Clone)]
 pub struct CheckLayer<F> {
     check: F,

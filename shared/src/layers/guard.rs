@@ -15,6 +15,77 @@ use super::{take_ready, ResponseFuture};
 /// problem, usually). Implement it for a guard of your own and wrap it with
 /// [`GuardLayer::new`]; the crate's kill switch, client address, routes and check layers are
 /// guards too.
+///
+/// # Example: authentication, then a limit per verified tenant
+///
+/// A guard that verifies the caller's API key and puts the tenant it belongs to in the
+/// request's extensions, for a [`super::Verified`] limit inside it. The address limit stays
+/// outside, so failed attempts are counted too.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Arc;
+///
+/// use lambda_http::{Body, Request, Response};
+/// use tollgate::gate::Gate;
+/// use tollgate::layers::{
+///     handler_fn, reject, ClientAddress, Guard, GuardLayer, Identity, Methods, Verified,
+/// };
+/// use tollgate::ratelimit::{Layer, RateLimit};
+/// use tollgate::ApiError;
+/// use tower::ServiceBuilder;
+///
+/// /// Who the key belongs to, once checked: the key a `Verified<Tenant>` limit counts under.
+/// #[derive(Clone)]
+/// struct Tenant(String);
+///
+/// impl Identity for Tenant {
+///     fn id(&self) -> &str {
+///         &self.0
+///     }
+/// }
+///
+/// /// API keys by their SHA-256 (stored hashed, looked up by hash).
+/// #[derive(Clone)]
+/// struct ApiKeys(Arc<HashMap<String, Tenant>>);
+///
+/// impl Guard for ApiKeys {
+///     async fn admit(&self, req: &mut Request) -> Result<(), Response<Body>> {
+///         let key = req.headers().get("x-api-key").map(|v| v.as_bytes());
+///         let hash = key.map(|k| hex::encode(sha2::Sha256::digest(k)));
+///         match hash.and_then(|h| self.0.get(&h)) {
+///             Some(tenant) => {
+///                 req.extensions_mut().insert(tenant.clone());
+///                 Ok(())
+///             }
+///             // 401, problem+json; the address limit outside has already counted it.
+///             None => Err(reject(req, &ApiError::Unauthorized)),
+///         }
+///     }
+/// }
+/// # use sha2::Digest;
+///
+/// fn methods(path: &str) -> Option<&'static str> {
+///     (path == "/reports").then_some("POST")
+/// }
+///
+/// async fn report(_req: Request) -> Result<Response<Body>, ApiError> {
+///     Ok(Response::new(Body::from("queued")))
+/// }
+///
+/// fn stack(gate: &Gate, keys: ApiKeys) -> impl tower::Service<Request> {
+///     let per_tenant = RateLimit::new(Layer::Client, 100, std::time::Duration::from_secs(60));
+///     ServiceBuilder::new()
+///         .layer(gate.respond_layer())
+///         .layer(gate.routes_layer(Methods(methods)))
+///         .layer(gate.kill_switch_layer())
+///         .layer(gate.client_address_layer())
+///         .layer(gate.rate_limit_layer().limit(gate.rate_limit(Layer::Ip), ClientAddress))
+///         .layer(GuardLayer::new(keys)) // 401 unless the key is known
+///         .layer(gate.rate_limit_layer().limit(per_tenant.ok(), Verified::<Tenant>::new()))
+///         .service(handler_fn(report))
+/// }
+/// ```
 pub trait Guard: Clone + Send + Sync + 'static {
     /// The decision for `req`.
     fn admit(&self, req: &mut Request) -> impl Future<Output = Result<(), Response<Body>>> + Send;

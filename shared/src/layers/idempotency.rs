@@ -165,6 +165,55 @@ enum Mode {
 /// What a request is, for idempotency, is an [`IdempotentRequest`]: its scope (caller, route,
 /// key) and the fingerprint of its payload. [`KeyedJson`] is the usual one: the key from a
 /// header, the caller from a [`KeyExtractor`], the fingerprint of the JSON body's canonical form.
+///
+/// # Example: an idempotent POST around an effect outside DynamoDB
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use lambda_http::{Body, Request, Response};
+/// use tollgate::clock::SystemClock;
+/// use tollgate::gate::Gate;
+/// use tollgate::idempotency::IdempotencyStore;
+/// use tollgate::layers::{
+///     handler_fn, ClientAddress, IdempotencyLayer, InProgress, KeyedJson, Methods,
+/// };
+/// use tollgate::ratelimit::Layer;
+/// use tollgate::ApiError;
+/// use tower::ServiceBuilder;
+///
+/// fn methods(path: &str) -> Option<&'static str> {
+///     (path == "/emails").then_some("POST")
+/// }
+///
+/// /// Sends the email; runs once per key (a retry gets this answer again, byte for byte).
+/// async fn send_email(_req: Request) -> Result<Response<Body>, ApiError> {
+///     let queued = Body::from(r#"{"queued":true}"#);
+///     Ok(Response::builder().status(202).body(queued).map_err(|_| ApiError::Internal)?)
+/// }
+///
+/// fn stack(gate: &Gate, ddb: aws_sdk_dynamodb::Client) -> impl tower::Service<Request> {
+///     let day = Duration::from_secs(86_400);
+///     let store = IdempotencyStore::new(ddb, "my-idempotency", Arc::new(SystemClock), day)
+///         .with_replay_cache(1_000);
+///     // `Idempotency-Key` required, scoped to the client address and this route.
+///     let request = KeyedJson::new("POST /emails", ClientAddress).required().unguessable();
+///     ServiceBuilder::new()
+///         .layer(gate.respond_layer())
+///         .layer(gate.routes_layer(Methods(methods)))
+///         .layer(gate.kill_switch_layer())
+///         .layer(gate.client_address_layer())
+///         .layer(gate.rate_limit_layer().limit(gate.rate_limit(Layer::Ip), ClientAddress))
+///         // Claim for 30 s (longer than the effect takes); a 409 or 422 gives back the `ip`
+///         // unit, since no email was sent; a duplicate waits up to 2 s for the first answer.
+///         .layer(
+///             IdempotencyLayer::claims(store, request, Duration::from_secs(30), &[Layer::Ip])
+///                 .in_progress(InProgress::Wait(Duration::from_secs(2))),
+///         )
+///         .service(handler_fn(send_email))
+/// }
+/// ```
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     store: IdempotencyStore,

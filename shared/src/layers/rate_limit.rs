@@ -20,6 +20,37 @@ use crate::ratelimit::{Admission, LimitCheck, RateLimit, RateLimiter, Verdict};
 pub struct MissingExtension(pub &'static str);
 
 /// What a limit counts a request under.
+///
+/// Key only on what the stack has verified or what the platform vouches for (the address
+/// [`super::ClientAddressLayer`] found, an identity an authentication layer checked, the route
+/// [`super::RoutesLayer`] matched), never on a value the client merely sends: a client that can
+/// choose its key can mint a fresh quota per request.
+///
+/// # Example: one budget per route
+///
+/// ```
+/// use lambda_http::Request;
+/// use tollgate::gate::Gate;
+/// use tollgate::layers::{KeyExtractor, MissingExtension, RateLimitLayer, RoutePath};
+/// use tollgate::ratelimit::RateLimit;
+///
+/// /// The route [`RoutesLayer`](tollgate::layers::RoutesLayer) matched, which must be outside.
+/// struct PerRoute;
+///
+/// impl KeyExtractor for PerRoute {
+///     fn key(&self, req: &Request) -> Result<Option<String>, MissingExtension> {
+///         let route = req.extensions().get::<RoutePath>();
+///         let route = route.ok_or(MissingExtension("RoutePath"))?;
+///         Ok(Some(route.0.clone()))
+///     }
+/// }
+///
+/// fn per_route(gate: &Gate) -> RateLimitLayer {
+///     // A `global`-layer budget of 500 a minute, one counter per route.
+///     let limit = "global=500/1m".parse::<RateLimit>().ok();
+///     gate.rate_limit_layer().limit(limit, PerRoute)
+/// }
+/// ```
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key of `req` for this limit; `Ok(None)`: the request is not counted in it.
     fn key(&self, req: &Request) -> Result<Option<String>, MissingExtension>;
