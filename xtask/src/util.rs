@@ -28,11 +28,17 @@ pub fn info(msg: impl std::fmt::Display) {
     eprintln!("    {msg}");
 }
 
-/// The workspace root, fixed at compile time, so every command works the
-/// same whichever directory `cargo xtask` was started from.
+/// The workspace root, whichever directory `cargo xtask` was started from, so every command
+/// works the same.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+    // `cargo xtask` (`cargo run`) sets it for this run; the value compiled in is the fallback.
+    // Cargo keys a workspace member's artifacts by its path relative to the workspace, so two
+    // clones sharing one `CARGO_TARGET_DIR` share this binary too: the compiled-in directory
+    // may be the other clone's.
+    let dir = env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    dir.parent()
         .expect("xtask lives one level below the workspace root")
         .to_path_buf()
 }
