@@ -13,7 +13,7 @@
 
 mod cli;
 mod gateway;
-mod http;
+use tollgate_tests::http;
 mod kill_switch;
 mod readme;
 mod session;

@@ -1,5 +1,6 @@
-//! The e2e tests' HTTP client: a thin layer over `ureq`'s blocking agent, plain HTTP to the
-//! local stack only. Blocking keeps the tests free of an async runtime, and lets a `Drop` guard
+//! A blocking HTTP client for tests that talk to a running process (the e2e stack, an example
+//! under `cargo lambda watch`): a thin layer over `ureq`'s blocking agent, plain HTTP to local
+//! ports only. Blocking keeps the tests free of an async runtime, and lets a `Drop` guard
 //! make a request (turning a kill switch back off after a failed assertion).
 //!
 //! What it adds to `ureq`: every status is an answer, not an error (the tests assert on 4xx), a
@@ -88,6 +89,13 @@ impl Request {
 
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.request = self.request.header(name, value);
+        self
+    }
+
+    /// `body` as it is, with no `Content-Type` of its own (what `curl -d` sends is up to the
+    /// caller's headers).
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = Some(body.into());
         self
     }
 

@@ -13,6 +13,7 @@ pub mod counting;
 pub mod dynamo;
 pub mod events;
 pub mod fault_proxy;
+pub mod http;
 pub mod openai;
 pub mod pipeline;
 pub mod session;
