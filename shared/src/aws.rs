@@ -1,7 +1,7 @@
 //! AWS SDK clients, built once per process, and how a conditional write is sent when the
 //! answer matters more than the SDK's retries let on.
 //!
-//! `DYNAMODB_ENDPOINT` and `SSM_ENDPOINT` point the clients elsewhere (DynamoDB Local, a test
+//! `DYNAMODB_ENDPOINT` and `SSM_ENDPOINT` (feature `ssm`) point the clients elsewhere (DynamoDB Local, a test
 //! stand-in); in AWS they are unset and the regional endpoints are used.
 //!
 //! ## Writes that must know whether they were applied
@@ -57,7 +57,10 @@ pub fn dynamodb(config: &SdkConfig, env: &Env) -> aws_sdk_dynamodb::Client {
 }
 
 /// An SSM client, at `SSM_ENDPOINT` when set. Two attempts at most: the secret store's cooldown
-/// is the retry policy, and SDK back-off inside a Lambda invocation only adds latency.
+/// is the retry policy, and SDK back-off inside a Lambda invocation only adds latency. Feature
+/// `ssm`.
+#[cfg(feature = "ssm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ssm")))]
 pub fn ssm(config: &SdkConfig, env: &Env) -> aws_sdk_ssm::Client {
     let mut builder = aws_sdk_ssm::config::Builder::from(config)
         .retry_config(RetryConfig::standard().with_max_attempts(2));

@@ -11,6 +11,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::client_addr::ClientIpSource;
+#[cfg(feature = "cors")]
 use crate::cors::{Cors, ORIGINS_VAR};
 use crate::ratelimit::RateLimits;
 
@@ -112,7 +113,8 @@ impl Env {
     }
 
     /// Where a secret comes from: `<NAME>_PARAM` (an SSM parameter name) or, for local runs,
-    /// `<NAME>` holding the value itself. Setting both is ambiguous and refused.
+    /// `<NAME>` holding the value itself. Setting both is ambiguous and refused. Without the
+    /// `ssm` feature `<NAME>_PARAM` is refused too: nothing could read the parameter.
     pub fn secret_source(&self, name: &str) -> Result<Option<SecretSource>, ConfigError> {
         let param_var = format!("{name}_PARAM");
         match (self.get(&param_var), self.get(name)) {
@@ -120,6 +122,12 @@ impl Env {
                 name,
                 format!("set either {param_var} (SSM parameter name) or {name} (value), not both"),
             )),
+            #[cfg(not(feature = "ssm"))]
+            (Some(_), None) => Err(ConfigError::new(
+                param_var,
+                "SSM parameters need tollgate's `ssm` feature; set the value itself in the variable without _PARAM, or turn the feature on",
+            )),
+            #[cfg(feature = "ssm")]
             (Some(param), None) => Ok(Some(SecretSource::Ssm {
                 name: param.trim().to_string(),
             })),
@@ -134,7 +142,9 @@ impl Env {
 /// Where a secret's value lives.
 #[derive(Debug, Clone)]
 pub enum SecretSource {
-    /// An SSM Parameter Store parameter (SecureString, fetched with decryption).
+    /// An SSM Parameter Store parameter (SecureString, fetched with decryption). Read only with
+    /// the `ssm` feature; without it, reading one is [`crate::secrets::SecretError::Misconfigured`]
+    /// (logged), and [`Env::secret_source`] never makes one.
     Ssm {
         /// The parameter's name, as `GetParameter` takes it.
         name: String,
@@ -182,7 +192,10 @@ pub struct GuardSettings {
     pub block_cache_capacity: usize,
     /// How long a full key is remembered at most.
     pub block_cache_max_age: Duration,
-    /// Origins whose pages may call the API (`CORS_ALLOWED_ORIGINS`); empty: CORS off.
+    /// Origins whose pages may call the API (`CORS_ALLOWED_ORIGINS`); empty: CORS off. Feature
+    /// `cors`.
+    #[cfg(feature = "cors")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cors")))]
     pub cors: Cors,
     /// The CloudWatch namespace of the guards' metrics (`METRICS_NAMESPACE`); `None`: no
     /// metric lines are written.
@@ -216,6 +229,7 @@ impl GuardSettings {
         let max_body_bytes: usize = env.parse_or("MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)?;
         check_max_body_bytes(max_body_bytes)
             .map_err(|reason| ConfigError::new("MAX_BODY_BYTES", reason))?;
+        #[cfg(feature = "cors")]
         let cors = Cors::parse(env.get(ORIGINS_VAR).unwrap_or_default())
             .map_err(|reason| ConfigError::new(ORIGINS_VAR, reason))?;
         let mut builder = Self::builder(
@@ -229,7 +243,7 @@ impl GuardSettings {
             env.seconds_or("KILL_SWITCH_CACHE_SECONDS", 5, 0)?,
             env.seconds_or(
                 "KILL_SWITCH_STALE_SECONDS",
-                crate::kill_switch::DEFAULT_STALE_WINDOW.as_secs(),
+                DEFAULT_KILL_SWITCH_STALE.as_secs(),
                 0,
             )?,
         )
@@ -247,8 +261,11 @@ impl GuardSettings {
                 crate::ratelimit::DEFAULT_BLOCK_CACHE_MAX_AGE.as_secs(),
                 0,
             )?,
-        )
-        .cors(cors);
+        );
+        #[cfg(feature = "cors")]
+        {
+            builder = builder.cors(cors);
+        }
         if let Some(namespace) = env.get(METRICS_NAMESPACE_VAR) {
             builder = builder.metrics_namespace(namespace.trim());
         }
@@ -270,7 +287,7 @@ impl GuardSettings {
             client_ip_source: ClientIpSource::Peer,
             rate_limits: RateLimits::default(),
             kill_switch_cache: Duration::from_secs(5),
-            kill_switch_stale: crate::kill_switch::DEFAULT_STALE_WINDOW,
+            kill_switch_stale: DEFAULT_KILL_SWITCH_STALE,
             secrets_ttl: Duration::from_secs(300),
             secrets_cooldown: Duration::from_secs(5),
             rate_limit_table: rate_limit_table.into(),
@@ -281,11 +298,17 @@ impl GuardSettings {
             base_path: String::new(),
             block_cache_capacity: DEFAULT_BLOCK_CACHE_SIZE,
             block_cache_max_age: crate::ratelimit::DEFAULT_BLOCK_CACHE_MAX_AGE,
+            #[cfg(feature = "cors")]
             cors: Cors::default(),
             metrics_namespace: None,
         })
     }
 }
+
+/// How long past its cache time the last kill-switch state read keeps serving while the control
+/// table fails, by default (`kill_switch::DEFAULT_STALE_WINDOW`; here so that the settings
+/// have it without the `kill-switch` feature).
+pub(crate) const DEFAULT_KILL_SWITCH_STALE: Duration = Duration::from_secs(60);
 
 /// The largest body a guarded route reads by default (16 KiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024;
@@ -372,7 +395,9 @@ impl GuardSettingsBuilder {
         self
     }
 
-    /// The origins whose pages may call the API.
+    /// The origins whose pages may call the API. Feature `cors`.
+    #[cfg(feature = "cors")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cors")))]
     pub fn cors(mut self, cors: Cors) -> Self {
         self.0.cors = cors;
         self
@@ -444,6 +469,7 @@ mod tests {
         assert_eq!(s.secrets_cooldown, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 16 * 1024);
         assert_eq!(s.rate_limits.to_string(), DEFAULT_LIMITS);
+        #[cfg(feature = "cors")]
         assert!(
             !s.cors.is_enabled(),
             "CORS is off unless origins are listed"
@@ -506,6 +532,7 @@ mod tests {
         assert_eq!(err.var, "KILL_SWITCH_STALE_SECONDS");
         let err = settings(&[("BASE_PATH", "api/")]).unwrap_err();
         assert_eq!(err.var, "BASE_PATH");
+        #[cfg(feature = "cors")]
         for origins in ["*", "https://app.example.com/", "garbage"] {
             let err = settings(&[("CORS_ALLOWED_ORIGINS", origins)]).unwrap_err();
             assert_eq!(err.var, "CORS_ALLOWED_ORIGINS", "{origins}");
@@ -543,9 +570,16 @@ mod tests {
         let env = Env::from_pairs([("INTERNAL_TOKEN_PARAM", "/p"), ("INTERNAL_TOKEN", "v")]);
         assert!(env.secret_source("INTERNAL_TOKEN").is_err());
         let env = Env::from_pairs([("INTERNAL_TOKEN_PARAM", "/p")]);
+        #[cfg(feature = "ssm")]
         assert!(matches!(
             env.secret_source("INTERNAL_TOKEN").unwrap(),
             Some(SecretSource::Ssm { name }) if name == "/p"
         ));
+        // Without the feature nothing could read the parameter: refused at start, named.
+        #[cfg(not(feature = "ssm"))]
+        assert_eq!(
+            env.secret_source("INTERNAL_TOKEN").unwrap_err().var,
+            "INTERNAL_TOKEN_PARAM"
+        );
     }
 }

@@ -10,6 +10,10 @@
 //! [`crate::layers`] for why each layer stands where it does). The direct methods
 //! ([`Gate::front`], [`Gate::limit`], ...) are the same guards for a handler that runs one
 //! itself, mid-way through its own work.
+//!
+//! Needs the `ratelimit` and `kill-switch` features (its core: every public route starts with
+//! the kill switch and counts in the limits); [`Gate::cors_layer`] needs `cors` and
+//! [`Gate::with_ssm`] needs `ssm`.
 
 use std::sync::Arc;
 
@@ -19,9 +23,11 @@ use crate::client_addr::ClientAddr;
 use crate::clock::SharedClock;
 use crate::config::GuardSettings;
 use crate::kill_switch::KillSwitch;
+#[cfg(feature = "cors")]
+use crate::layers::CorsLayer;
 use crate::layers::{
-    ClientAddressLayer, ClientAddressSource, CorsLayer, KillSwitchLayer, RateLimitLayer,
-    RespondLayer, RouteMethods, RoutesLayer,
+    ClientAddressLayer, ClientAddressSource, KillSwitchLayer, RateLimitLayer, RespondLayer,
+    RouteMethods, RoutesLayer,
 };
 use crate::metrics::Metrics;
 use crate::problem::ApiError;
@@ -43,28 +49,22 @@ pub struct Gate {
     address: Arc<ClientAddressSource>,
     published_limits: LimitsRecord,
     metrics: Metrics,
+    /// For a secret store built anew ([`Gate::with_ssm`]).
+    #[cfg_attr(not(feature = "ssm"), allow(dead_code))]
+    clock: SharedClock,
 }
 
 impl Gate {
-    /// Builds the guards over already-built clients (built once, in `main`).
-    pub fn new(
-        settings: GuardSettings,
-        ddb: aws_sdk_dynamodb::Client,
-        ssm: Option<aws_sdk_ssm::Client>,
-        clock: SharedClock,
-    ) -> Self {
+    /// Builds the guards over an already-built client (built once, in `main`). Its secrets
+    /// (the origin-verify secret, the internal token, the function's own) are plain values
+    /// until [`Gate::with_ssm`] gives it an SSM client.
+    pub fn new(settings: GuardSettings, ddb: aws_sdk_dynamodb::Client, clock: SharedClock) -> Self {
         let secrets = Arc::new(SecretStore::new(
-            ssm,
             clock.clone(),
             settings.secrets_ttl,
             settings.secrets_cooldown,
         ));
-        let address = Arc::new(ClientAddressSource::new(
-            settings.client_ip_source,
-            settings.origin_verify_secret.clone(),
-            settings.internal_token.clone(),
-            secrets.clone(),
-        ));
+        let address = address_source(&settings, secrets.clone());
         Self {
             kill_switch: Arc::new(
                 KillSwitch::new(
@@ -82,13 +82,37 @@ impl Gate {
                 clock.clone(),
             ),
             limiter: Arc::new(
-                RateLimiter::new(ddb, &settings.rate_limit_table, &settings.function, clock)
-                    .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
+                RateLimiter::new(
+                    ddb,
+                    &settings.rate_limit_table,
+                    &settings.function,
+                    clock.clone(),
+                )
+                .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
             ),
             secrets,
             metrics: Metrics::new(settings.metrics_namespace.as_deref(), &settings.function),
             settings,
+            clock,
         }
+    }
+
+    /// The same guards reading `*_PARAM` secrets from SSM Parameter Store with `ssm` (built
+    /// with [`crate::aws::ssm`]). Call it before taking any layer: the secret store is built
+    /// anew, and a layer taken before holds the one without SSM.
+    #[cfg(feature = "ssm")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "ssm")))]
+    pub fn with_ssm(mut self, ssm: aws_sdk_ssm::Client) -> Self {
+        self.secrets = Arc::new(
+            SecretStore::new(
+                self.clock.clone(),
+                self.settings.secrets_ttl,
+                self.settings.secrets_cooldown,
+            )
+            .with_ssm(ssm),
+        );
+        self.address = address_source(&self.settings, self.secrets.clone());
+        self
     }
 
     /// Where this function's metric lines go.
@@ -194,7 +218,9 @@ impl Gate {
         RespondLayer::new(Some(self.metrics.clone()))
     }
 
-    /// CORS for `CORS_ALLOWED_ORIGINS` on the routes `methods` names.
+    /// CORS for `CORS_ALLOWED_ORIGINS` on the routes `methods` names. Feature `cors`.
+    #[cfg(feature = "cors")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cors")))]
     pub fn cors_layer(&self, methods: impl RouteMethods) -> CorsLayer {
         CorsLayer::new(
             self.settings.cors.clone(),
@@ -268,4 +294,14 @@ impl Gate {
             })
             .collect()
     }
+}
+
+/// The client-address source of `settings`, reading its secrets from `secrets`.
+fn address_source(settings: &GuardSettings, secrets: Arc<SecretStore>) -> Arc<ClientAddressSource> {
+    Arc::new(ClientAddressSource::new(
+        settings.client_ip_source,
+        settings.origin_verify_secret.clone(),
+        settings.internal_token.clone(),
+        secrets,
+    ))
 }

@@ -30,7 +30,7 @@ pub const DEFAULT_MESSAGE: &str = "This service is temporarily disabled.";
 pub const MAX_MESSAGE_CHARS: usize = 500;
 /// How long past the cache time a last known state serves while reads fail
 /// (`KILL_SWITCH_STALE_SECONDS`).
-pub const DEFAULT_STALE_WINDOW: Duration = Duration::from_secs(60);
+pub const DEFAULT_STALE_WINDOW: Duration = crate::config::DEFAULT_KILL_SWITCH_STALE;
 /// The shortest pause between two reads while reads fail.
 const MIN_READ_COOLDOWN: Duration = Duration::from_secs(1);
 

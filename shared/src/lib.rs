@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+// docs.rs (nightly, `--cfg docsrs`) marks each gated item with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //!
 //! ## Modules
 //!
@@ -27,18 +29,28 @@ pub mod client_addr;
 pub mod clock;
 pub mod config;
 pub mod cooldown;
+#[cfg(feature = "cors")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cors")))]
 pub mod cors;
 pub mod expiring;
+#[cfg(all(feature = "ratelimit", feature = "kill-switch"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "ratelimit", feature = "kill-switch"))))]
 pub mod gate;
 pub mod http;
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub mod idempotency;
 pub mod ids;
 pub mod internal;
 pub mod json;
+#[cfg(feature = "kill-switch")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kill-switch")))]
 pub mod kill_switch;
 pub mod layers;
 pub mod metrics;
 pub mod problem;
+#[cfg(feature = "ratelimit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ratelimit")))]
 pub mod published_limits;
 pub mod ratelimit;
 pub mod secrets;

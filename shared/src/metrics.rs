@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lambda_http::{Body, Response};
 use serde_json::{json, Map, Value};
 
+#[cfg(feature = "idempotency")]
 use crate::idempotency::REPLAYED_HEADER;
 use crate::problem::{ApiError, ClientError};
 
@@ -111,6 +112,7 @@ impl Metrics {
     /// Records what a request came to: one line for the outcome, and one more for a 5xx.
     pub fn record<E: ClientError>(&self, result: &Result<Response<Body>, E>) {
         match result {
+            #[cfg(feature = "idempotency")]
             Ok(r) if r.headers().contains_key(REPLAYED_HEADER) => {
                 self.emit(Event::IdempotentReplay)
             }

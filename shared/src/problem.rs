@@ -12,6 +12,10 @@
 //! chosen in [`ClientError::answer`], or text written for people (the operator's kill-switch
 //! message, a validation detail built from our own words). Causes are logged where they are
 //! converted, never sent.
+//!
+//! Each boundary's conversion comes with the feature of its boundary; [`ApiError`] itself is the
+//! same whatever the features (cargo unifies features across a build, so a variant that came
+//! with a feature would break another crate's exhaustive `match` when a third turned it on).
 
 use http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::StatusCode;
@@ -19,8 +23,11 @@ use lambda_http::{Body, Response};
 use serde::Serialize;
 
 use crate::client_addr::ClientAddrError;
+#[cfg(feature = "kill-switch")]
 use crate::kill_switch::KillSwitchError;
-use crate::ratelimit::{Decision, LimiterError};
+use crate::ratelimit::Decision;
+#[cfg(feature = "ratelimit")]
+use crate::ratelimit::LimiterError;
 use crate::secrets::SecretError;
 
 /// Header with the Lambda request id, on every response.
@@ -208,7 +215,7 @@ pub trait ClientError {
 
     /// The full response: problem+json body, `X-Request-Id`, and `Retry-After`, `Allow`,
     /// `WWW-Authenticate` and `RateLimit*` where they apply. (`Access-Control-Expose-Headers`
-    /// for these is [`crate::cors`]'s, added to every answer alike.)
+    /// for these is the `cors` module's, added to every answer alike.)
     fn to_response(&self, request_id: &str) -> Response<Body> {
         render(&self.answer(), request_id)
     }
@@ -404,6 +411,7 @@ impl From<ClientAddrError> for ApiError {
     }
 }
 
+#[cfg(feature = "idempotency")]
 impl From<crate::idempotency::KeyError> for ApiError {
     fn from(e: crate::idempotency::KeyError) -> Self {
         ApiError::BadRequest {
@@ -420,6 +428,7 @@ impl From<crate::json::BodyError> for ApiError {
     }
 }
 
+#[cfg(feature = "kill-switch")]
 impl From<KillSwitchError> for ApiError {
     fn from(e: KillSwitchError) -> Self {
         match e {
@@ -438,6 +447,7 @@ impl From<SecretError> for ApiError {
     }
 }
 
+#[cfg(feature = "idempotency")]
 impl From<crate::idempotency::IdempotencyError> for ApiError {
     fn from(e: crate::idempotency::IdempotencyError) -> Self {
         tracing::error!(error = %e, source = ?std::error::Error::source(&e), "idempotency store failed");
@@ -445,6 +455,7 @@ impl From<crate::idempotency::IdempotencyError> for ApiError {
     }
 }
 
+#[cfg(feature = "idempotency")]
 impl From<crate::idempotency::TransactionError> for ApiError {
     fn from(e: crate::idempotency::TransactionError) -> Self {
         use crate::idempotency::TransactionError as E;
@@ -459,6 +470,7 @@ impl From<crate::idempotency::TransactionError> for ApiError {
     }
 }
 
+#[cfg(feature = "ratelimit")]
 impl From<LimiterError> for ApiError {
     fn from(e: LimiterError) -> Self {
         tracing::error!(error = %e, source = ?std::error::Error::source(&e), "rate-limit store failed; refusing the request");

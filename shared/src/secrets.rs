@@ -1,5 +1,8 @@
 //! Secrets from SSM Parameter Store, cached, with a pause after failures.
 //!
+//! SSM needs the `ssm` feature (and a client: [`SecretStore::with_ssm`]); without it a secret is
+//! a plain value ([`SecretSource::Value`]) and this store hands it back as it is.
+//!
 //! - A value is cached for `SECRETS_TTL_SECONDS`; concurrent callers in one process wait for a
 //!   single fetch instead of each asking SSM.
 //! - When a refresh fails, the cached value keeps serving (and the failure is logged): a brief
@@ -18,7 +21,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[cfg(feature = "ssm")]
 use aws_sdk_ssm::error::{ProvideErrorMetadata, SdkError};
+#[cfg(feature = "ssm")]
 use aws_sdk_ssm::operation::get_parameter::GetParameterError;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -35,13 +40,16 @@ pub enum SecretError {
         /// Seconds until the cooldown ends and the store is asked again.
         retry_after: u64,
     },
-    /// The parameter is missing, not readable, or no SSM client is configured.
+    /// The parameter is missing, not readable, or no SSM client is configured (or the crate was
+    /// built without its `ssm` feature).
     #[error("secret parameter cannot be read (configuration)")]
     Misconfigured,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failure {
+    // Only an SSM read can fail for a while.
+    #[cfg_attr(not(feature = "ssm"), allow(dead_code))]
     Temporary,
     Terminal,
 }
@@ -73,6 +81,7 @@ enum Read<'a> {
 /// Cached access to SSM parameters.
 #[derive(Debug)]
 pub struct SecretStore {
+    #[cfg(feature = "ssm")]
     ssm: Option<aws_sdk_ssm::Client>,
     clock: SharedClock,
     ttl: Duration,
@@ -82,21 +91,28 @@ pub struct SecretStore {
 }
 
 impl SecretStore {
-    /// `ssm` may be `None` when every secret comes from plain variables (local runs).
-    pub fn new(
-        ssm: Option<aws_sdk_ssm::Client>,
-        clock: SharedClock,
-        ttl: Duration,
-        pause: Duration,
-    ) -> Self {
+    /// A store of plain values only, until [`SecretStore::with_ssm`] gives it an SSM client:
+    /// every secret comes from plain variables (local runs), and an SSM parameter is
+    /// [`SecretError::Misconfigured`]. `ttl`: how long a value read from SSM is served from
+    /// memory; `pause`: the cooldown after a failed read.
+    pub fn new(clock: SharedClock, ttl: Duration, pause: Duration) -> Self {
         Self {
-            ssm,
+            #[cfg(feature = "ssm")]
+            ssm: None,
             cooldown: Cooldown::new(clock.clone()),
             clock,
             ttl,
             pause,
             entries: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reads [`SecretSource::Ssm`] parameters with `ssm` (built with [`crate::aws::ssm`]).
+    #[cfg(feature = "ssm")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "ssm")))]
+    pub fn with_ssm(mut self, ssm: aws_sdk_ssm::Client) -> Self {
+        self.ssm = Some(ssm);
+        self
     }
 
     /// The secret's value, from cache while fresh.
@@ -198,6 +214,16 @@ impl SecretStore {
         }
     }
 
+    #[cfg(not(feature = "ssm"))]
+    async fn fetch(&self, name: &str) -> Result<SecretString, Failure> {
+        tracing::error!(
+            parameter = name,
+            "an SSM parameter, but tollgate was built without its `ssm` feature"
+        );
+        Err(Failure::Terminal)
+    }
+
+    #[cfg(feature = "ssm")]
     async fn fetch(&self, name: &str) -> Result<SecretString, Failure> {
         let Some(ssm) = &self.ssm else {
             tracing::error!(
@@ -242,6 +268,7 @@ impl SecretStore {
     }
 }
 
+#[cfg(feature = "ssm")]
 fn error_kind<R>(e: &SdkError<GetParameterError, R>) -> &'static str {
     match e {
         SdkError::ConstructionFailure(_) => "construction",
@@ -253,6 +280,7 @@ fn error_kind<R>(e: &SdkError<GetParameterError, R>) -> &'static str {
     }
 }
 
+#[cfg(feature = "ssm")]
 fn classify(e: &SdkError<GetParameterError, aws_sdk_ssm::config::http::HttpResponse>) -> Failure {
     match e {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {

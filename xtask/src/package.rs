@@ -8,6 +8,13 @@
 //!   (on by default, and `-D warnings` in the clippy step) catches our own use of a newer std
 //!   API, and this catches a dependency that would refuse the stated toolchain. Neither sees a
 //!   language feature newer than the MSRV in our code: building with that toolchain would.
+//! - **features**: `cargo clippy -p tollgate --all-targets --no-default-features` with no
+//!   feature, with each feature alone (read from the manifest, so a new one is checked without
+//!   a change here) and with the set `tollgate::gate::Gate` needs alone,
+//!   warnings denied: an adopter who turns off what it does not use gets a crate that builds
+//!   warning-free. Every feature at once is the clippy step's (the workspace builds the
+//!   defaults). In check mode each set recompiles tollgate alone (seconds): the dependencies'
+//!   metadata is reused.
 //! - **doc**: `cargo doc -p tollgate --no-deps` with warnings denied (broken or private links,
 //!   `missing_docs` is the crate's own `deny`). It checks the crate's dependencies with
 //!   tollgate's features alone, as an adopter's build has them.
@@ -20,7 +27,7 @@
 //!   features and profile (seconds). A library is not linked, so a check misses nothing a
 //!   build of it would catch but a code generation bug of the compiler.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Deserialize;
 
@@ -169,6 +176,82 @@ pub fn msrv() -> Result {
     .into())
 }
 
+/// The part of `cargo metadata --no-deps` the features step reads.
+#[derive(Debug, Deserialize)]
+struct Manifests {
+    packages: Vec<Manifest>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Manifest {
+    name: String,
+    features: BTreeMap<String, Vec<String>>,
+}
+
+/// The features `Gate` needs, checked together without the others.
+const GATE_FEATURES: &str = "ratelimit,kill-switch";
+
+/// The feature sets the features step checks, each as `--features` takes it (`""`: none):
+/// none, each feature of `features` alone but `default`, in name order, then `extra`.
+pub fn feature_sets<'a>(
+    features: &'a BTreeMap<String, Vec<String>>,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let alone = features
+        .keys()
+        .map(String::as_str)
+        .filter(|f| *f != "default");
+    std::iter::once("")
+        .chain(alone)
+        .chain(extra.iter().copied())
+        .collect()
+}
+
+/// The `features` lint step: clippy over each feature set of [`feature_sets`], warnings denied.
+/// Every set is checked, whatever an earlier one gave; the step fails naming each that failed.
+pub fn features() -> Result {
+    let out = util::cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata failed ({})", out.status).into());
+    }
+    let manifests: Manifests = serde_json::from_slice(&out.stdout)?;
+    let manifest = manifests
+        .packages
+        .iter()
+        .find(|p| p.name == CRATE)
+        .ok_or_else(|| format!("no package {CRATE} in cargo metadata"))?;
+    let mut failed = Vec::new();
+    for set in feature_sets(&manifest.features, &[GATE_FEATURES]) {
+        let name = if set.is_empty() { "no feature" } else { set };
+        util::info(format!("features: {name}"));
+        let mut cmd = util::cargo();
+        cmd.args([
+            "clippy",
+            "-p",
+            CRATE,
+            "--locked",
+            "--all-targets",
+            "--no-default-features",
+        ]);
+        if !set.is_empty() {
+            cmd.args(["--features", set]);
+        }
+        cmd.args(["--", "-D", "warnings"]);
+        if let Err(e) = util::run(&mut cmd) {
+            eprintln!("error: {e}");
+            failed.push(name);
+        }
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(format!("{CRATE} fails with features: {}", failed.join("; ")).into())
+}
+
 /// The workspace's dev profile, for a build outside the workspace (the packed crate's manifest
 /// has none) that should share the workspace's dependency artifacts.
 const DEV_PROFILE: [&str; 4] = [
@@ -283,6 +366,19 @@ mod tests {
     #[test]
     fn a_crate_without_a_stated_msrv_is_refused() {
         assert!(newer_than_msrv(&metadata(None), "root").is_err());
+    }
+
+    #[test]
+    fn feature_sets_are_none_then_each_alone_then_the_extra_ones() {
+        let features: BTreeMap<String, Vec<String>> = [
+            ("default", vec!["b", "a"]),
+            ("b", vec![]),
+            ("a", vec!["dep:x"]),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+        .collect();
+        assert_eq!(feature_sets(&features, &["a,b"]), ["", "a", "b", "a,b"]);
     }
 
     #[test]

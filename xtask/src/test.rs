@@ -1,7 +1,7 @@
 //! `cargo xtask test`: the full check CI runs, runnable locally as is.
 //!
-//! setup → `cargo fmt --check` → clippy → the guard crate's msrv, package and doc checks
-//! ([`crate::package`]) → DynamoDB Local → `cargo test` →
+//! setup → `cargo fmt --check` → clippy → the guard crate's msrv, features, doc and package
+//! checks ([`crate::package`]) → DynamoDB Local → `cargo test` →
 //! the web client's `tsc` and `node --test` → end-to-end tests against a
 //! private dev stack → browser tests in headless Chromium against another
 //! (skipped with `--no-browser`) → a 2,000-request replay
@@ -20,7 +20,8 @@ use crate::{browser, dev, package, setup, signal, stress};
 /// `cargo xtask test`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Skip `cargo fmt --check`, clippy and the guard crate's msrv, package and doc checks
+    /// Skip `cargo fmt --check`, clippy and the guard crate's msrv, features, doc and package
+    /// checks
     #[arg(long)]
     no_lint: bool,
     /// Skip the end-to-end tests against a private dev stack
@@ -80,6 +81,10 @@ pub fn run(args: Args) -> Result {
     check("msrv", !args.no_lint, false, &|| {
         step("msrv: tollgate's dependencies against its rust-version");
         package::msrv()
+    });
+    check("features", !args.no_lint, true, &|| {
+        step("features: tollgate with no feature, each alone, the gate's, warnings denied");
+        package::features()
     });
     check("doc", !args.no_lint, false, &|| {
         step("doc: cargo doc -p tollgate, warnings denied");

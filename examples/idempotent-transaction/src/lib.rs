@@ -150,7 +150,7 @@ pub fn service(
         )
         .with_replay_cache(1_000),
     };
-    let gate = Gate::new(settings, ddb, None, clock);
+    let gate = Gate::new(settings, ddb, clock);
     Ok(ServiceBuilder::new()
         .layer(gate.respond_layer())
         .layer(gate.routes_layer(Methods(|path: &str| {

@@ -63,7 +63,11 @@ pub fn service(
     let secret = env
         .secret_source(SECRET)?
         .ok_or_else(|| ConfigError::new("UPSTREAM_KEY_PARAM", "must be set"))?;
-    let gate = Arc::new(Gate::new(settings, ddb, ssm, clock));
+    let mut gate = Gate::new(settings, ddb, clock);
+    if let Some(ssm) = ssm {
+        gate = gate.with_ssm(ssm);
+    }
+    let gate = Arc::new(gate);
     let secrets = gate.clone();
     Ok(ServiceBuilder::new()
         .layer(gate.respond_layer())

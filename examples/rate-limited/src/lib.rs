@@ -54,7 +54,7 @@ pub fn service(
 > {
     let settings = GuardSettings::from_env(env, FUNCTION, LIMITS_VAR, DEFAULT_LIMITS)?;
     // No SSM client: this example reads no secret.
-    let gate = Gate::new(settings, ddb, None, clock);
+    let gate = Gate::new(settings, ddb, clock);
     Ok(ServiceBuilder::new()
         .layer(gate.respond_layer())
         .layer(gate.routes_layer(Methods(methods)))

@@ -40,7 +40,10 @@ pub trait Function: Send + Sync + Sized + 'static {
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
         let guard = crate::guard_settings(env, Self::FUNCTION)?;
-        let gate = Gate::new(guard, ddb.clone(), ssm, clock.clone());
+        let mut gate = Gate::new(guard, ddb.clone(), clock.clone());
+        if let Some(ssm) = ssm {
+            gate = gate.with_ssm(ssm);
+        }
         Self::build(Parts {
             env,
             gate,

@@ -8,7 +8,7 @@ use lambda_http::{Body, Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{reject, take_ready, Admitted, KeyExtractor, Rejected, ResponseFuture};
+use super::{reject, take_ready, KeyExtractor, Rejected, ResponseFuture};
 use crate::idempotency::{
     fingerprint, AbsentKeys, Claim, Existing, IdempotencyKey, IdempotencyStore, KeyError, Lease,
     RecordState, Scope, StoredResponse,
@@ -418,7 +418,7 @@ where
                         Ok(None) => return inner.call(req).await,
                         Err(e) => return Ok(reject(&req, &e)),
                     };
-                    let admitted = req.extensions().get::<Admitted>().cloned();
+                    let admitted = Units::of(&req);
                     let claimed = match layer.store.cached(&scope, &fp) {
                         Some(existing) => Ok(Claim::Existing(existing)),
                         None => layer.store.claim(&scope, &fp, *lease).await,
@@ -445,28 +445,20 @@ where
                         Ok(Claim::Existing(existing)) => existing,
                         Err(e) => {
                             // Our table failed: the request cost the caller nothing.
-                            if let Some(admitted) = &admitted {
-                                admitted.refund().await;
-                            }
+                            admitted.refund().await;
                             return Ok(reject(&req, &ApiError::from(e)));
                         }
                     };
                     match existing {
                         Existing::Replay(stored) => {
                             // A replay consumes no quota.
-                            if let Some(admitted) = &admitted {
-                                admitted.refund().await;
-                            }
+                            admitted.refund().await;
                             Ok(layer.replay(&stored, "store"))
                         }
                         refused => {
                             // No effect ran: what pays for it is given back; the rest (the
                             // address's unit) stays spent, as for any refused request.
-                            if let Some(admitted) = &admitted {
-                                for layer in spend {
-                                    admitted.refund_layer(*layer).await;
-                                }
-                            }
+                            admitted.refund_layers(spend).await;
                             let error = match refused {
                                 Existing::InProgress { retry_after } => {
                                     ApiError::RequestInProgress { retry_after }
@@ -519,5 +511,42 @@ where
 async fn release(store: &IdempotencyStore, lease: &Lease) {
     if let Err(e) = store.release(lease).await {
         tracing::warn!(error = %e, "could not release the idempotency key; it frees itself when the lease ends");
+    }
+}
+
+/// The units a request holds in the limits of its stack ([`super::Admitted`], when a
+/// [`super::RateLimitLayer`] counted it), to give back. Without the `ratelimit` feature nothing
+/// counts a request, and there is nothing to give back.
+struct Units(#[cfg(feature = "ratelimit")] Option<super::Admitted>);
+
+impl Units {
+    #[cfg(feature = "ratelimit")]
+    fn of(req: &Request) -> Self {
+        Self(req.extensions().get::<super::Admitted>().cloned())
+    }
+
+    #[cfg(not(feature = "ratelimit"))]
+    fn of(_: &Request) -> Self {
+        Self()
+    }
+
+    /// Gives back every unit.
+    async fn refund(&self) {
+        #[cfg(feature = "ratelimit")]
+        if let Some(admitted) = &self.0 {
+            admitted.refund().await;
+        }
+    }
+
+    /// Gives back the units of `layers`.
+    async fn refund_layers(&self, layers: &[LimitLayer]) {
+        #[cfg(feature = "ratelimit")]
+        if let Some(admitted) = &self.0 {
+            for layer in layers {
+                admitted.refund_layer(*layer).await;
+            }
+        }
+        #[cfg(not(feature = "ratelimit"))]
+        let _ = layers;
     }
 }

@@ -32,6 +32,10 @@
 //!    inner layer put in the extensions after checking it, never a value the client merely
 //!    sent (an unverified id would let a client spend another's quota, or dodge its own).
 //!
+//! Each guard's layer comes with the guard's feature: [`CorsLayer`] with `cors`,
+//! [`KillSwitchLayer`] with `kill-switch`, [`RateLimitLayer`] and [`Admitted`] with `ratelimit`,
+//! [`IdempotencyLayer`] with `idempotency`. The others, and the key extractors, are always here.
+//!
 //! CORS is ours rather than tower-http's `CorsLayer`: that one answers every preflight with
 //! one fixed method list (ours lists the methods of the route asked for, and routes a
 //! preflight to no route, or from an origin not listed, like any other `OPTIONS`: a 405 that
@@ -40,10 +44,15 @@
 
 mod address;
 mod check;
+#[cfg(feature = "cors")]
 mod cors;
 mod guard;
+#[cfg(feature = "idempotency")]
 mod idempotency;
+mod keys;
+#[cfg(feature = "kill-switch")]
 mod kill_switch;
+#[cfg(feature = "ratelimit")]
 mod rate_limit;
 mod respond;
 mod routes;
@@ -56,17 +65,25 @@ use lambda_http::{Body, Request, Response};
 
 pub use address::{Caller, ClientAddressLayer, ClientAddressSource};
 pub use check::CheckLayer;
+#[cfg(feature = "cors")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cors")))]
 pub use cors::{CorsLayer, CorsService};
 pub use guard::{Guard, GuardLayer, Guarded};
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use idempotency::{
     Claimed, IdempotencyLayer, IdempotencyService, IdempotentRequest, InProgress, KeyedJson,
     RecordExpiry, ReplayHook,
 };
-pub use kill_switch::KillSwitchLayer;
-pub use rate_limit::{
-    AdmissionSlot, Admitted, ClientAddress, Global, Identity, KeyExtractor, MissingExtension,
-    RateLimitLayer, RateLimitService, Verified,
+pub use keys::{
+    AdmissionSlot, ClientAddress, Global, Identity, KeyExtractor, MissingExtension, Verified,
 };
+#[cfg(feature = "kill-switch")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kill-switch")))]
+pub use kill_switch::KillSwitchLayer;
+#[cfg(feature = "ratelimit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ratelimit")))]
+pub use rate_limit::{Admitted, RateLimitLayer, RateLimitService};
 pub use respond::{RequestId, RespondLayer, RespondService};
 pub use routes::{Methods, RouteMethods, RoutePath, RoutesLayer};
 

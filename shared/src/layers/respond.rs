@@ -8,7 +8,7 @@ use lambda_http::{Body, Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::rate_limit::AdmissionSlot;
+use super::keys::AdmissionSlot;
 use super::{take_ready, Rejected, ResponseFuture};
 use crate::http::finish;
 use crate::metrics::{Event, Metrics};
@@ -109,6 +109,7 @@ fn record(metrics: &Metrics, response: &Response<Body>) {
         }),
         Some(Rejected(ApiError::ServiceDisabled { .. })) => metrics.emit(Event::KillSwitchDenied),
         Some(_) => {}
+        #[cfg(feature = "idempotency")]
         None if response
             .headers()
             .contains_key(crate::idempotency::REPLAYED_HEADER) =>

@@ -10,15 +10,14 @@ use aws_sdk_dynamodb::Client;
 use crate::clock::{SharedClock, UnixMillis};
 use crate::expiring::Expiring;
 
+use super::admission::{Admission, Held};
 use super::block_cache::BlockCache;
 pub use super::counter::LimiterError;
 use super::counter::{Counter, Refusal, Store};
 use super::decision::Decision;
 use super::sliding::{Slots, SLOTS};
 use super::spec::{Layer, RateLimit};
-
-/// How long a full key is remembered per process at most (`RATE_LIMIT_BLOCK_CACHE_SECONDS`).
-pub const DEFAULT_BLOCK_CACHE_MAX_AGE: Duration = Duration::from_secs(5);
+use super::DEFAULT_BLOCK_CACHE_MAX_AGE;
 
 /// How many shards one request tries at most before it is refused. A sharded layer refuses a
 /// request only when this many shards (or every shard, when there are fewer) were full or known
@@ -55,72 +54,6 @@ pub enum Verdict {
     Admitted,
     /// A layer is full. Nothing was incremented for this request (earlier layers were refunded).
     Rejected(Decision),
-}
-
-/// A counter one request incremented.
-#[derive(Debug, Clone)]
-struct Held {
-    pk: String,
-    /// The slot incremented, for a sliding layer.
-    slot: Option<usize>,
-    /// The end of the counter's window: a refund after it is not sent.
-    window_end_ms: UnixMillis,
-    decision: Decision,
-}
-
-/// What one request has consumed so far, across calls to [`RateLimiter::check`]: the counters to
-/// give back if the request is refused later, and the tightest decision for the response fields.
-#[derive(Debug, Default)]
-pub struct Admission {
-    counted: Vec<Held>,
-    tightest: Option<Decision>,
-}
-
-impl Admission {
-    /// The decision with the fewest requests left, for the `RateLimit` response fields.
-    pub fn tightest(&self) -> Option<&Decision> {
-        self.tightest.as_ref()
-    }
-
-    /// How many counters this request has incremented.
-    pub fn counted(&self) -> usize {
-        self.counted.len()
-    }
-
-    /// Takes over what `other` counted, so one request's units (counted by several checks, in
-    /// several layers of a service stack) can be given back together.
-    pub fn absorb(&mut self, other: Admission) {
-        for held in other.counted {
-            self.note(held.decision);
-            self.counted.push(held);
-        }
-        if let Some(d) = other.tightest {
-            self.note(d);
-        }
-    }
-
-    fn note(&mut self, decision: Decision) {
-        if self.tightest.is_none_or(|t| decision.is_tighter_than(&t)) {
-            self.tightest = Some(decision);
-        }
-    }
-
-    /// Moves the counters of `layer` into an admission of their own (to refund them), keeping
-    /// the others; the tightest decision is then the tightest of those kept.
-    fn split_off(&mut self, layer: Layer) -> Admission {
-        let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.counted)
-            .into_iter()
-            .partition(|c| c.decision.limit.layer() == layer);
-        self.tightest = None;
-        for c in &kept {
-            self.note(c.decision);
-        }
-        self.counted = kept;
-        Admission {
-            counted: taken,
-            ..Admission::default()
-        }
-    }
 }
 
 /// A counter as stored: how many requests its window holds now (for a sliding layer, with what

@@ -23,19 +23,38 @@
 //! failed increment, or from the admission that took the last unit. A flood against a full key
 //! therefore costs no DynamoDB request, in every layer and every shard.
 
+//!
+//! The limiter, its counters and its block cache need the `ratelimit` feature. Without it this
+//! module holds only plain data the rest of the crate uses: the limits' syntax ([`RateLimits`],
+//! which the settings carry), a full layer's [`Decision`] (which [`crate::ApiError`] carries)
+//! and a request's [`Admission`] (which the response fields read).
+
+use std::time::Duration;
+
+mod admission;
+#[cfg(feature = "ratelimit")]
 mod block_cache;
+#[cfg(feature = "ratelimit")]
 mod counter;
 mod decision;
+#[cfg(feature = "ratelimit")]
 mod limiter;
+#[cfg(feature = "ratelimit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ratelimit")))]
 pub mod sliding;
 mod spec;
 
+pub use admission::Admission;
+#[cfg(feature = "ratelimit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ratelimit")))]
 pub use block_cache::BlockCache;
 pub use decision::Decision;
-pub use limiter::{
-    Admission, LimitCheck, LimiterError, RateLimiter, Usage, Verdict, DEFAULT_BLOCK_CACHE_MAX_AGE,
-    SHARD_TRIES,
-};
+#[cfg(feature = "ratelimit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ratelimit")))]
+pub use limiter::{LimitCheck, LimiterError, RateLimiter, Usage, Verdict, SHARD_TRIES};
 pub use spec::{
     Layer, RateLimit, RateLimits, Shards, SpecError, WindowKind, AUTO_SHARD_UNITS, MAX_SHARDS,
 };
+
+/// How long a full key is remembered per process at most (`RATE_LIMIT_BLOCK_CACHE_SECONDS`).
+pub const DEFAULT_BLOCK_CACHE_MAX_AGE: Duration = Duration::from_secs(5);

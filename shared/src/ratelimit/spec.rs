@@ -150,6 +150,7 @@ impl RateLimit {
 
     /// The same limit over `shards` items whatever the limit (the layout a window was started
     /// with, which may have more shards than a since lowered limit has units: those hold none).
+    #[cfg(feature = "ratelimit")]
     pub(crate) fn in_layout(self, shards: u32) -> Self {
         Self {
             shards: Shards::Count(shards.clamp(1, MAX_SHARDS)),

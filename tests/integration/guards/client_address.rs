@@ -15,7 +15,7 @@ async fn new_gate(
     let (ddb, _) = dynamo::client();
     let tables = Tables::create(&ddb).await;
     let (_, clock) = manual_clock();
-    let gate = Gate::new(settings(&tables, limits, extra), ddb.clone(), None, clock);
+    let gate = Gate::new(settings(&tables, limits, extra), ddb.clone(), clock);
     (gate, tables, ddb)
 }
 

@@ -43,7 +43,7 @@ async fn fixture(limits: &str) -> Fixture {
         shared.clone(),
         Duration::from_secs(3600),
     );
-    let gate = Arc::new(Gate::new(settings(&tables, limits, &[]), ddb, None, shared));
+    let gate = Arc::new(Gate::new(settings(&tables, limits, &[]), ddb, shared));
     Fixture {
         gate,
         store,

@@ -20,7 +20,6 @@ async fn new_gate(limits: &str) -> (Gate, Tables, aws_sdk_dynamodb::Client) {
     let gate = Gate::new(
         settings(&tables, limits, &[("INTERNAL_TOKEN", TOKEN)]),
         ddb.clone(),
-        None,
         clock,
     );
     (gate, tables, ddb)

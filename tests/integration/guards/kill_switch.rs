@@ -23,7 +23,6 @@ async fn a_flip_applies_within_the_cache_time_and_counts_nothing() {
     let gate = Gate::new(
         settings(&tables, "ip=100/1h", &[("KILL_SWITCH_CACHE_SECONDS", "5")]),
         ddb.clone(),
-        None,
         shared.clone(),
     );
     // The operator's CLI is another process with its own cache.
@@ -74,12 +73,7 @@ async fn an_unreadable_switch_with_nothing_cached_fails_closed() {
     let mut tables = Tables::create(&ddb).await;
     tables.control = "no-such-table-anywhere".into();
     let (_, clock) = manual_clock();
-    let gate = Gate::new(
-        settings(&tables, "ip=100/1h", &[]),
-        ddb.clone(),
-        None,
-        clock,
-    );
+    let gate = Gate::new(settings(&tables, "ip=100/1h", &[]), ddb.clone(), clock);
     let resp = guarded(&gate, &Event::post("/session").request(), None).await;
     assert_eq!(resp.status(), 503);
     let body = json_body(&resp);
@@ -132,7 +126,6 @@ async fn gate_through_proxy() -> (Gate, FaultProxy, ManualClock) {
             ],
         ),
         ddb,
-        None,
         shared,
     );
     (gate, proxy, clock)
@@ -254,7 +247,6 @@ async fn a_malformed_switch_counts_as_on() {
         let gate = Gate::new(
             settings(&tables, "ip=100/1h", &[]),
             ddb.clone(),
-            None,
             shared.clone(),
         );
         let req = Event::post("/session").request();

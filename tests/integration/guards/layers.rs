@@ -46,7 +46,7 @@ async fn fixture(limits: &str) -> Fixture {
     let (ddb, counter) = dynamo::client();
     let tables = Tables::create(&ddb).await;
     let (_clock, shared) = manual_clock();
-    let gate = Arc::new(Gate::new(settings(&tables, limits, &[]), ddb, None, shared));
+    let gate = Arc::new(Gate::new(settings(&tables, limits, &[]), ddb, shared));
     Fixture {
         gate,
         counter,

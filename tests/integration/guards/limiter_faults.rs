@@ -122,7 +122,6 @@ async fn a_failing_increment_fails_closed_and_counts_nothing() {
         let gate = Gate::new(
             settings(&s.tables, "ip=10/1h,global=100/1d", &[]),
             s.ddb.clone(),
-            None,
             clock,
         );
         // The ip layer counts, then the global layer's increment fails.
@@ -188,7 +187,7 @@ async fn an_increment_whose_answer_was_lost_is_not_resent_and_fails_closed() {
     for limits in ["ip=10/1h,global=100/1d", "ip=10/1h,global=1/1d"] {
         let s = setup().await;
         let (_, clock) = manual_clock();
-        let gate = Gate::new(settings(&s.tables, limits, &[]), s.ddb.clone(), None, clock);
+        let gate = Gate::new(settings(&s.tables, limits, &[]), s.ddb.clone(), clock);
         s.proxy.record("UpdateItem");
         s.proxy
             .arm_when("UpdateItem", "#global#", Fault::DropResponseAfterCommit);
@@ -241,7 +240,6 @@ async fn a_throttled_increment_is_sent_again_and_counts_once() {
     let gate = Gate::new(
         settings(&s.tables, "ip=10/1h,global=100/1d", &[]),
         s.ddb.clone(),
-        None,
         clock,
     );
     s.proxy.record("UpdateItem");

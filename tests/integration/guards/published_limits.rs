@@ -64,12 +64,7 @@ async fn a_later_start_replaces_what_an_earlier_one_published() {
     let tables = Tables::create(&ddb).await;
     let (clock, shared) = manual_clock();
     for limits in ["ip=10/1h,global=100/1d", "ip=10/1h,global=100/1d:shards=8"] {
-        let gate = Gate::new(
-            settings(&tables, limits, &[]),
-            ddb.clone(),
-            None,
-            shared.clone(),
-        );
+        let gate = Gate::new(settings(&tables, limits, &[]), ddb.clone(), shared.clone());
         gate.publish_limits().await.unwrap();
         clock.advance(Duration::from_secs(1));
     }
@@ -91,6 +86,6 @@ async fn a_publish_that_fails_is_returned_not_raised() {
     let mut tables = Tables::create(&ddb).await;
     tables.control = "no-such-control-table-anywhere".into();
     let (_, clock) = manual_clock();
-    let gate = Gate::new(settings(&tables, "ip=10/1h", &[]), ddb, None, clock);
+    let gate = Gate::new(settings(&tables, "ip=10/1h", &[]), ddb, clock);
     assert!(gate.publish_limits().await.is_err());
 }

@@ -22,7 +22,7 @@ async fn new_gate(
     let (ddb, _) = dynamo::client();
     let tables = Tables::create(&ddb).await;
     let (clock, shared) = manual_clock();
-    let gate = Gate::new(settings(&tables, limits, extra), ddb.clone(), None, shared);
+    let gate = Gate::new(settings(&tables, limits, extra), ddb.clone(), shared);
     (gate, tables, ddb, clock)
 }
 

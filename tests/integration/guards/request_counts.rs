@@ -13,12 +13,7 @@ async fn an_admitted_request_costs_one_request_per_layer() {
     let (ddb, counter) = dynamo::client();
     let tables = Tables::create(&ddb).await;
     let (_, clock) = manual_clock();
-    let gate = Gate::new(
-        settings(&tables, "ip=10/1h,global=100/1d", &[]),
-        ddb,
-        None,
-        clock,
-    );
+    let gate = Gate::new(settings(&tables, "ip=10/1h,global=100/1d", &[]), ddb, clock);
     let req = Event::post("/session").request();
 
     guarded(&gate, &req, None).await; // warms the kill-switch cache
@@ -38,7 +33,6 @@ async fn a_rejection_learns_its_reset_without_a_second_read_and_the_block_cache_
     let gate = Gate::new(
         settings(&tables, "ip=2/1h", &[]),
         ddb.clone(),
-        None,
         shared.clone(),
     );
     let req = Event::post("/session").request();
@@ -53,7 +47,7 @@ async fn a_rejection_learns_its_reset_without_a_second_read_and_the_block_cache_
     assert_eq!(counter.total(), 0, "{:?}", counter.snapshot());
 
     // Another process learns it from one failed write, with the reset, and no read.
-    let other = Gate::new(settings(&tables, "ip=2/1h", &[]), ddb, None, shared);
+    let other = Gate::new(settings(&tables, "ip=2/1h", &[]), ddb, shared);
     guarded(
         &other,
         &Event::post("/session").from_ip("192.0.2.99").request(),
@@ -88,7 +82,6 @@ async fn a_rejection_learns_its_reset_without_a_second_read_and_the_block_cache_
     let uncached = Gate::new(
         settings(&tables, "ip=2/1h", &[("RATE_LIMIT_BLOCK_CACHE_SIZE", "0")]),
         ddb,
-        None,
         shared,
     );
     guarded(&uncached, &req, None).await;

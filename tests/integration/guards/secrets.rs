@@ -23,12 +23,8 @@ fn param() -> SecretSource {
 
 fn store(ssm: &SsmStandIn) -> (tollgate::clock::ManualClock, SecretStore) {
     let (clock, shared) = manual_clock();
-    let store = SecretStore::new(
-        Some(ssm.client()),
-        shared,
-        Duration::from_secs(300),
-        Duration::from_secs(5),
-    );
+    let store = SecretStore::new(shared, Duration::from_secs(300), Duration::from_secs(5))
+        .with_ssm(ssm.client());
     (clock, store)
 }
 
@@ -154,12 +150,7 @@ async fn no_parameter_name_or_host_reaches_a_response() {
         ("CLIENT_IP_SOURCE", "cloudfront"),
         ("ORIGIN_VERIFY_SECRET_PARAM", PARAM),
     ];
-    let gate = Gate::new(
-        settings(&tables, "ip=10/1h", &extra),
-        ddb,
-        Some(ssm.client()),
-        shared,
-    );
+    let gate = Gate::new(settings(&tables, "ip=10/1h", &extra), ddb, shared).with_ssm(ssm.client());
     let req = Event::post("/session")
         .header("x-origin-verify", "whatever")
         .header("cloudfront-viewer-address", "203.0.113.1:443")

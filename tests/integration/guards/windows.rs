@@ -198,7 +198,6 @@ async fn a_sliding_rejection_changes_nothing_and_reopens_exactly_when_it_says() 
     let gate = tollgate::gate::Gate::new(
         settings(&s.tables, "ip=3/1m:sliding", &[]),
         s.ddb.clone(),
-        None,
         s.shared.clone(),
     );
     let req = Event::post("/session").from_ip("192.0.2.5").request();
@@ -240,7 +239,6 @@ async fn sliding_ratelimit_fields_count_the_previous_window() {
     let gate = tollgate::gate::Gate::new(
         settings(&s.tables, "ip=10/1m:sliding", &[]),
         s.ddb.clone(),
-        None,
         s.shared.clone(),
     );
     let req = Event::post("/session").from_ip("192.0.2.6").request();
