@@ -14,6 +14,7 @@ use crate::client_addr::ClientIpSource;
 #[cfg(feature = "cors")]
 use crate::cors::{Cors, ORIGINS_VAR};
 use crate::ratelimit::RateLimits;
+use crate::table::Attributes;
 
 /// A setting that could not be used. Display names the variable; it is shown to operators at
 /// start, never to API clients.
@@ -177,6 +178,11 @@ pub struct GuardSettings {
     pub rate_limit_table: String,
     /// The table of the kill switches and published limits (`CONTROL_TABLE`; no default).
     pub control_table: String,
+    /// The key and TTL attribute names of the counters in `rate_limit_table` (default: a table
+    /// of their own, `pk` and `expires_at`; see [`crate::table`]).
+    pub rate_limit_attributes: Attributes,
+    /// The key attribute names of the switches and published limits in `control_table`.
+    pub control_attributes: Attributes,
     /// The token our own services send to skip the per-caller layers (`INTERNAL_TOKEN`); `None`:
     /// no caller is internal.
     pub internal_token: Option<SecretSource>,
@@ -292,6 +298,8 @@ impl GuardSettings {
             secrets_cooldown: Duration::from_secs(5),
             rate_limit_table: rate_limit_table.into(),
             control_table: control_table.into(),
+            rate_limit_attributes: Attributes::default(),
+            control_attributes: Attributes::default(),
             internal_token: None,
             origin_verify_secret: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -400,6 +408,20 @@ impl GuardSettingsBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "cors")))]
     pub fn cors(mut self, cors: Cors) -> Self {
         self.0.cors = cors;
+        self
+    }
+
+    /// Keeps the counters in an existing single-table design (`rate_limit_table`): its key
+    /// names, a sort key value and prefix for the counters, its TTL attribute.
+    pub fn rate_limit_attributes(mut self, attributes: Attributes) -> Self {
+        self.0.rate_limit_attributes = attributes;
+        self
+    }
+
+    /// Keeps the kill switches and published limits in an existing single-table design
+    /// (`control_table`); it may be the same table as the counters', under another prefix.
+    pub fn control_attributes(mut self, attributes: Attributes) -> Self {
+        self.0.control_attributes = attributes;
         self
     }
 

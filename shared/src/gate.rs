@@ -73,14 +73,16 @@ impl Gate {
                     clock.clone(),
                     settings.kill_switch_cache,
                 )
-                .with_stale_window(settings.kill_switch_stale),
+                .with_stale_window(settings.kill_switch_stale)
+                .with_attributes(settings.control_attributes.clone()),
             ),
             address,
             published_limits: LimitsRecord::new(
                 ddb.clone(),
                 &settings.control_table,
                 clock.clone(),
-            ),
+            )
+            .with_attributes(settings.control_attributes.clone()),
             limiter: Arc::new(
                 RateLimiter::new(
                     ddb,
@@ -88,7 +90,8 @@ impl Gate {
                     &settings.function,
                     clock.clone(),
                 )
-                .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age),
+                .with_block_cache(settings.block_cache_capacity, settings.block_cache_max_age)
+                .with_attributes(settings.rate_limit_attributes.clone()),
             ),
             secrets,
             metrics: Metrics::new(settings.metrics_namespace.as_deref(), &settings.function),

@@ -23,6 +23,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 
 use crate::clock::{retry_after_secs, SharedClock, UnixMillis};
+use crate::table::Attributes;
 
 /// The message shown when the switch is on and the operator gave none.
 pub const DEFAULT_MESSAGE: &str = "This service is temporarily disabled.";
@@ -102,11 +103,13 @@ enum Attempts {
     SdkDefault,
 }
 
-/// Reads and writes kill switches in the control table (partition key `pk`).
+/// Reads and writes kill switches in the control table (partition key `pk` unless
+/// [`Self::with_attributes`] says otherwise).
 #[derive(Debug)]
 pub struct KillSwitch {
     ddb: Client,
     table: String,
+    attributes: Attributes,
     clock: SharedClock,
     max_age: Duration,
     stale_window: Duration,
@@ -126,11 +129,19 @@ impl KillSwitch {
         Self {
             ddb,
             table: table.into(),
+            attributes: Attributes::default(),
             clock,
             max_age,
             stale_window: DEFAULT_STALE_WINDOW,
             known: tokio::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Keeps the switches under these attribute names: an existing single-table design's key,
+    /// sort key and prefix ([`crate::table`]; a switch has no TTL).
+    pub fn with_attributes(mut self, attributes: Attributes) -> Self {
+        self.attributes = attributes;
+        self
     }
 
     /// How long past the cache time the last state read keeps serving while reads fail.
@@ -222,7 +233,7 @@ impl KillSwitch {
             .ddb
             .get_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(key(function)))
+            .set_key(Some(self.attributes.key(&key(function))))
             .consistent_read(true);
         let result = match attempts {
             Attempts::One => {
@@ -258,7 +269,7 @@ impl KillSwitch {
         self.ddb
             .put_item()
             .table_name(&self.table)
-            .item("pk", AttributeValue::S(key(function)))
+            .set_item(Some(self.attributes.key(&key(function))))
             .item("enabled", AttributeValue::Bool(enabled))
             .item("message", AttributeValue::S(message.clone()))
             .item(

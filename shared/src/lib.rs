@@ -54,6 +54,7 @@ pub mod problem;
 pub mod published_limits;
 pub mod ratelimit;
 pub mod secrets;
+pub mod table;
 pub mod telemetry;
 
 pub use problem::{ApiError, ClientError};

@@ -33,6 +33,7 @@ use aws_sdk_dynamodb::Client;
 
 use crate::clock::SharedClock;
 use crate::ratelimit::{RateLimits, SpecError};
+use crate::table::Attributes;
 
 const SPEC: &str = "spec";
 const BLOCK_CACHE_SECONDS: &str = "block_cache_seconds";
@@ -79,11 +80,13 @@ pub enum PublishedLimitsError {
     Spec(#[source] SpecError),
 }
 
-/// Reads and writes published limits in the control table (partition key `pk`).
+/// Reads and writes published limits in the control table (partition key `pk` unless
+/// [`Self::with_attributes`] says otherwise).
 #[derive(Debug, Clone)]
 pub struct LimitsRecord {
     ddb: Client,
     table: String,
+    attributes: Attributes,
     clock: SharedClock,
 }
 
@@ -93,8 +96,16 @@ impl LimitsRecord {
         Self {
             ddb,
             table: table.into(),
+            attributes: Attributes::default(),
             clock,
         }
+    }
+
+    /// Keeps the records under these attribute names (the control table's, as the kill
+    /// switch's: [`crate::table`]).
+    pub fn with_attributes(mut self, attributes: Attributes) -> Self {
+        self.attributes = attributes;
+        self
     }
 
     /// Writes `function`'s limits, replacing what an earlier process wrote.
@@ -107,7 +118,7 @@ impl LimitsRecord {
         self.ddb
             .put_item()
             .table_name(&self.table)
-            .item("pk", AttributeValue::S(key(function)))
+            .set_item(Some(self.attributes.key(&key(function))))
             .item(SPEC, AttributeValue::S(limits.to_string()))
             .item(
                 BLOCK_CACHE_SECONDS,
@@ -136,7 +147,7 @@ impl LimitsRecord {
             .ddb
             .get_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(key(function)))
+            .set_key(Some(self.attributes.key(&key(function))))
             .consistent_read(true)
             .send()
             .await

@@ -186,15 +186,7 @@ impl IdempotencyStore {
 
     /// The item key of the record for `scope_pk` (a [`Scope::pk`]).
     fn key(&self, scope_pk: &str) -> HashMap<String, AttributeValue> {
-        let a = &self.attributes;
-        let mut key = HashMap::from([(
-            a.partition_key.clone(),
-            AttributeValue::S(format!("{}{scope_pk}", a.key_prefix)),
-        )]);
-        if let Some((name, value)) = &a.sort_key {
-            key.insert(name.clone(), AttributeValue::S(value.clone()));
-        }
-        key
+        self.attributes.key(scope_pk)
     }
 
     /// A record as stored under this store's attribute names.

@@ -16,13 +16,11 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 /// Headers worth storing with a response: the ones a client acts on.
 const STORED_HEADERS: &[&str] = &["cache-control", "content-type", "location"];
 
-pub(crate) const PK: &str = "pk";
 pub(crate) const STATE: &str = "state";
 pub(crate) const FINGERPRINT: &str = "fingerprint";
 pub(crate) const STATUS: &str = "status";
 pub(crate) const HEADERS: &str = "headers";
 pub(crate) const BODY: &str = "body";
-pub(crate) const EXPIRES_AT: &str = "expires_at";
 pub(crate) const OWNER: &str = "owner";
 pub(crate) const LEASE_UNTIL_MS: &str = "lease_until_ms";
 /// The call of [`super::IdempotencyStore::commit`] that wrote a completed record.
@@ -31,32 +29,7 @@ pub(crate) const WRITTEN_BY: &str = "written_by";
 pub(crate) const COMPLETED: &str = "COMPLETED";
 pub(crate) const IN_PROGRESS: &str = "IN_PROGRESS";
 
-/// The attribute names the records are kept under.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attributes {
-    /// The table's partition key (string).
-    pub partition_key: String,
-    /// The table's sort key and the value every record has in it, if the table has one.
-    pub sort_key: Option<(String, String)>,
-    /// Prepended to every record's partition key, so the records cannot collide with the
-    /// table's other items (`IDEMPOTENCY#`, say).
-    pub key_prefix: String,
-    /// The table's TTL attribute (a number of seconds): DynamoDB allows one per table, so the
-    /// records use the table's.
-    pub expires_at: String,
-}
-
-impl Default for Attributes {
-    /// A table of the records' own: partition key `pk`, TTL attribute `expires_at`.
-    fn default() -> Self {
-        Self {
-            partition_key: PK.into(),
-            sort_key: None,
-            key_prefix: String::new(),
-            expires_at: EXPIRES_AT.into(),
-        }
-    }
-}
+pub use crate::table::Attributes;
 
 /// Where a key lives: one client, one method and route, one key. Two clients may use the same
 /// key; one client may use the same key on two routes.
@@ -218,7 +191,7 @@ pub enum RecordState {
 impl Record {
     /// Parses an item; `None` for an item that is not a well-formed record.
     pub fn from_item(item: &HashMap<String, AttributeValue>) -> Option<Self> {
-        Self::from_item_with(item, EXPIRES_AT)
+        Self::from_item_with(item, crate::table::EXPIRES_AT)
     }
 
     /// As [`Self::from_item`], for a table whose TTL attribute is `expires_at`.

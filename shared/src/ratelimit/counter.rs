@@ -1,9 +1,10 @@
 //! One counter item in DynamoDB: a layer's key in one window (and shard), and the three writes
 //! made to it: the limit-bounded increment, the refund, and the operator's reset.
 //!
-//! An item is `{pk, count, expires_at}`; a sliding layer's item also counts per slot (`s0` …
-//! `s19`, see [`super::sliding`]) and lives one window longer, because the next window reads it
-//! as its previous one. An operator's reset of a sliding counter leaves the current item at
+//! An item is `{pk, count, expires_at}` (the key's and the TTL's names are the table's:
+//! [`crate::table`]); a sliding layer's item also counts per slot (`s0` … `s19`, see
+//! [`super::sliding`]) and lives one window longer, because the next window reads it as its
+//! previous one. An operator's reset of a sliding counter leaves the current item at
 //! `count = 0` with `void`: the previous window no longer counts for this key, which warm
 //! processes holding its slots learn from their next increment's condition.
 //!
@@ -25,6 +26,7 @@
 //!   than the limit; the new layout starts with the next window its first user starts.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -33,13 +35,13 @@ use aws_sdk_dynamodb::Client;
 
 use crate::aws::{Resend, WriteError};
 use crate::clock::UnixMillis;
+use crate::table::Attributes;
 
 use super::decision::Decision;
 use super::sliding::{self, Slots, SLOTS};
 use super::spec::RateLimit;
 
 const COUNT: &str = "count";
-const EXPIRES_AT: &str = "expires_at";
 const VOID: &str = "void";
 const SEALED: &str = "sealed";
 const LAYOUT: &str = "layout";
@@ -223,6 +225,8 @@ fn slot_name(i: usize) -> String {
 pub(super) struct Store {
     pub ddb: Client,
     pub table: String,
+    /// The table's key and TTL attribute names.
+    pub attributes: Arc<Attributes>,
 }
 
 impl Store {
@@ -253,9 +257,9 @@ impl Store {
             .ddb
             .update_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(counter.pk.clone()))
+            .set_key(Some(self.attributes.key(&counter.pk)))
             .expression_attribute_names("#count", COUNT)
-            .expression_attribute_names("#expires", EXPIRES_AT)
+            .expression_attribute_names("#expires", &self.attributes.expires_at)
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":limit", number(counter.limit))
             .expression_attribute_values(":expires", number(counter.expires_at_secs()))
@@ -421,7 +425,7 @@ impl Store {
             .ddb
             .get_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(pk.into()))
+            .set_key(Some(self.attributes.key(pk)))
             .consistent_read(true)
             .send()
             .await
@@ -439,10 +443,10 @@ impl Store {
             .ddb
             .update_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(pk.into()))
+            .set_key(Some(self.attributes.key(pk)))
             .update_expression("SET #sealed = :yes, #expires = if_not_exists(#expires, :expires)")
             .expression_attribute_names("#sealed", SEALED)
-            .expression_attribute_names("#expires", EXPIRES_AT)
+            .expression_attribute_names("#expires", &self.attributes.expires_at)
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
             .expression_attribute_values(":expires", number(expires_secs))
             .return_values(ReturnValue::AllNew)
@@ -460,14 +464,14 @@ impl Store {
             .ddb
             .update_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(counter.base_pk.clone()))
+            .set_key(Some(self.attributes.key(&counter.base_pk)))
             .update_expression(
                 "SET #layout = if_not_exists(#layout, :shards), #expires = if_not_exists(#expires, :expires)",
             )
             .condition_expression("attribute_not_exists(#count) OR attribute_exists(#layout)")
             .expression_attribute_names("#layout", LAYOUT)
             .expression_attribute_names("#count", COUNT)
-            .expression_attribute_names("#expires", EXPIRES_AT)
+            .expression_attribute_names("#expires", &self.attributes.expires_at)
             .expression_attribute_values(":shards", number(shards))
             .expression_attribute_values(":expires", number(counter.expires_at_secs()))
             .return_values(ReturnValue::AllNew)
@@ -496,7 +500,7 @@ impl Store {
             .ddb
             .update_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(pk.into()))
+            .set_key(Some(self.attributes.key(pk)))
             .expression_attribute_names("#count", COUNT)
             .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
             .expression_attribute_values(":zero", AttributeValue::N("0".into()));
@@ -504,7 +508,7 @@ impl Store {
             None => refund
                 .update_expression("ADD #count :minus_one")
                 .condition_expression("#count > :zero AND #expires > :now")
-                .expression_attribute_names("#expires", EXPIRES_AT)
+                .expression_attribute_names("#expires", &self.attributes.expires_at)
                 .expression_attribute_values(":now", number(now_ms / 1000)),
             Some(slot) => refund
                 .update_expression("ADD #count :minus_one, #slot :minus_one")
@@ -535,7 +539,7 @@ impl Store {
             self.ddb
                 .delete_item()
                 .table_name(&self.table)
-                .key("pk", AttributeValue::S(pk.into()))
+                .set_key(Some(self.attributes.key(pk)))
                 .send()
         };
         if !counter.sliding {
@@ -547,13 +551,17 @@ impl Store {
         delete(&counter.previous_pk)
             .await
             .map_err(|e| LimiterError::new("reset", e))?;
+        let mut item = self.attributes.key(&counter.pk);
+        item.insert(COUNT.into(), number(0));
+        item.insert(VOID.into(), AttributeValue::Bool(true));
+        item.insert(
+            self.attributes.expires_at.clone(),
+            number(counter.expires_at_secs()),
+        );
         self.ddb
             .put_item()
             .table_name(&self.table)
-            .item("pk", AttributeValue::S(counter.pk.clone()))
-            .item(COUNT, number(0))
-            .item(VOID, AttributeValue::Bool(true))
-            .item(EXPIRES_AT, number(counter.expires_at_secs()))
+            .set_item(Some(item))
             .send()
             .await
             .map_err(|e| LimiterError::new("reset", e))?;

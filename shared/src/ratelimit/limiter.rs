@@ -2,6 +2,7 @@
 //! one of its shards), with the block cache in front and the refunds behind.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -9,6 +10,7 @@ use aws_sdk_dynamodb::Client;
 
 use crate::clock::{SharedClock, UnixMillis};
 use crate::expiring::Expiring;
+use crate::table::Attributes;
 
 use super::admission::{Admission, Held};
 use super::block_cache::BlockCache;
@@ -101,6 +103,7 @@ impl RateLimiter {
             store: Store {
                 ddb,
                 table: table.into(),
+                attributes: Default::default(),
             },
             scope: scope.into(),
             clock,
@@ -110,6 +113,14 @@ impl RateLimiter {
             // Processes start at different shards.
             next_shard: AtomicU32::new(random_u32()),
         }
+    }
+
+    /// Keeps the counters under these attribute names (a table of their own needs none: `pk`
+    /// and `expires_at`; an existing single-table design names its own key, sort key, prefix
+    /// and TTL attribute, see [`crate::table`]).
+    pub fn with_attributes(mut self, attributes: Attributes) -> Self {
+        self.store.attributes = Arc::new(attributes);
+        self
     }
 
     /// Remembers full keys: at most `capacity` keys (0: none), each for at most `max_age`.

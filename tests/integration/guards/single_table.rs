@@ -1,6 +1,7 @@
-//! An existing single-table design hosts the idempotency records: its own partition and sort
-//! key names, a prefix that keeps the records apart from its other items, its TTL attribute.
-//! Both modes (two-phase and the atomic transaction) write and read them there.
+//! An existing single-table design hosts the guards' items: its own partition and sort key
+//! names, a prefix that keeps each guard's items apart from its other items, its TTL attribute.
+//! The idempotency records in both modes (two-phase and the atomic transaction), the rate-limit
+//! counters, the kill switch and the published limits write and read them there.
 
 use std::time::Duration;
 
@@ -9,13 +10,22 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, TransactWriteItem,
 };
 use http::StatusCode;
+use lambda_http::Request;
+use tollgate::config::GuardSettings;
+use tollgate::gate::Gate;
 use tollgate::http::json_response;
 use tollgate::idempotency::{
     fingerprint, Attributes, Claim, Existing, Explained, IdempotencyKey, IdempotencyStore, Outcome,
     Scope, StoredResponse, TransactionEffect,
 };
+use tollgate::kill_switch::KillSwitch;
+use tollgate::layers::{handler_fn, ClientAddress, Global, Methods};
+use tollgate::ratelimit::Layer;
+use tollgate::ApiError;
 use tollgate_tests::dynamo::{self, scan_all, unique_prefix};
+use tollgate_tests::events::Event;
 use tollgate_tests::manual_clock;
+use tower::{ServiceBuilder, ServiceExt};
 
 async fn single_table(ddb: &aws_sdk_dynamodb::Client) -> String {
     let name = format!("{}-app", unique_prefix());
@@ -151,4 +161,107 @@ async fn records_live_under_the_tables_own_names_in_both_modes() {
         assert!(!record.contains_key("pk") && !record.contains_key("expires_at"));
     }
     assert!(items.iter().any(|i| i["PK"].as_s().unwrap() == "ORDER#1"));
+}
+
+fn in_table(sort_key: &str, key_prefix: &str) -> Attributes {
+    Attributes {
+        partition_key: "PK".into(),
+        sort_key: Some(("SK".into(), sort_key.into())),
+        key_prefix: key_prefix.into(),
+        expires_at: "ttl".into(),
+    }
+}
+
+fn work(path: &str) -> Option<&'static str> {
+    (path == "/work").then_some("POST")
+}
+
+/// The gate's own items in the same table, through the settings builder as an adopter writes
+/// it: the counters (fixed and sliding) under `LIMIT#`, the kill switch and the published limits
+/// under `CONTROL#`, each with the table's sort key and TTL attribute, and nothing under the
+/// default names.
+#[tokio::test]
+async fn the_counters_and_the_kill_switch_live_in_the_same_table() {
+    let (ddb, _) = dynamo::client();
+    let table = single_table(&ddb).await;
+    let (_clock, shared) = manual_clock();
+    let settings = GuardSettings::builder("orders", &table, &table)
+        .rate_limits("ip=2/1m,global=100/1m:sliding".parse().unwrap())
+        .rate_limit_attributes(in_table("LIMIT", "LIMIT#"))
+        .control_attributes(in_table("CONTROL", "CONTROL#"))
+        .build()
+        .unwrap();
+    let gate = Gate::new(settings, ddb.clone(), shared);
+    gate.publish_limits().await.unwrap();
+    let service = ServiceBuilder::new()
+        .layer(gate.respond_layer())
+        .layer(gate.routes_layer(Methods(work)))
+        .layer(gate.kill_switch_layer())
+        .layer(gate.client_address_layer())
+        .layer(
+            gate.rate_limit_layer()
+                .limit(gate.rate_limit(Layer::Ip), ClientAddress)
+                .limit(gate.rate_limit(Layer::Global), Global),
+        )
+        .service(handler_fn(|_req: Request| async {
+            Ok::<_, ApiError>(json_response(StatusCode::OK, &"done"))
+        }));
+    let send = |ip: &'static str| {
+        let service = service.clone();
+        async move {
+            let req = Event::post("/work").from_ip(ip).request();
+            service.oneshot(req).await.unwrap().status()
+        }
+    };
+
+    // The limits count and refuse as in a table of their own.
+    assert_eq!(send("198.51.100.1").await, 200);
+    assert_eq!(send("198.51.100.1").await, 200);
+    assert_eq!(send("198.51.100.1").await, 429);
+    assert_eq!(send("198.51.100.2").await, 200);
+
+    // The switch, flipped through the gate, is read back from the table by the layer.
+    gate.kill_switch()
+        .set("orders", true, Some("Closed for inventory."))
+        .await
+        .unwrap();
+    assert_eq!(send("198.51.100.3").await, 403);
+    let fresh = KillSwitch::new(ddb.clone(), &table, manual_clock().1, Duration::ZERO)
+        .with_attributes(in_table("CONTROL", "CONTROL#"));
+    assert!(fresh.check("orders").await.is_err(), "read from the table");
+
+    let items = scan_all(&ddb, &table).await;
+    let under = |prefix: &str| -> Vec<_> {
+        items
+            .iter()
+            .filter(|i| i["PK"].as_s().unwrap().starts_with(prefix))
+            .collect()
+    };
+    let counters = under("LIMIT#");
+    // Two addresses in `ip`; `global`'s window, and the window before it, which the sliding
+    // layer read and sealed (created empty).
+    assert_eq!(counters.len(), 4, "{items:?}");
+    for counter in &counters {
+        assert_eq!(counter["SK"].as_s().unwrap(), "LIMIT");
+        assert!(counter.contains_key("ttl"), "{counter:?}");
+    }
+    let counted: u64 = counters
+        .iter()
+        .filter_map(|c| c.get("count"))
+        .map(|n| n.as_n().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(counted, 2 + 1 + 3, "ip twice and once, global three times");
+    let control = under("CONTROL#");
+    assert_eq!(
+        control.len(),
+        2,
+        "the switch and the published limits: {items:?}"
+    );
+    assert!(control.iter().all(|i| i["SK"].as_s().unwrap() == "CONTROL"));
+    assert_eq!(
+        items.len(),
+        6,
+        "nothing else in the table, and nothing under `pk`"
+    );
+    assert!(items.iter().all(|i| !i.contains_key("pk")));
 }
