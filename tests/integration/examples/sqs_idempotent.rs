@@ -43,7 +43,11 @@ fn failures(ids: &[&str]) -> serde_json::Value {
     serde_json::json!({ "batchItemFailures": items })
 }
 
-async fn shipped(ddb: &aws_sdk_dynamodb::Client, tables: &ExampleTables, order: &str) -> u64 {
+pub(super) async fn shipped(
+    ddb: &aws_sdk_dynamodb::Client,
+    tables: &ExampleTables,
+    order: &str,
+) -> u64 {
     let out = ddb
         .get_item()
         .table_name(tables.name("ShipmentsTable"))

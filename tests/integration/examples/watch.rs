@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use tollgate_tests::dynamo;
 use tollgate_tests::http::{self, Response};
 
+use super::sqs_idempotent::shipped;
 use super::{example_dir, ExampleTables};
 use crate::deploy::tools;
 
@@ -396,33 +397,14 @@ async fn sqs_idempotent_as_its_readme_invokes_it() {
     let expected = json!({"batchItemFailures": [
         {"itemIdentifier": "7b3c1f0e-5d2a-4c8b-9e6f-1a2b3c4d5e6f"}
     ]});
-    let shipped = |order: &'static str| {
-        let ddb = ddb.clone();
-        let table = tables.name("ShipmentsTable").to_string();
-        async move {
-            let out = ddb
-                .get_item()
-                .table_name(table)
-                .key("pk", AttributeValue::S(format!("order#{order}")))
-                .consistent_read(true)
-                .send()
-                .await
-                .unwrap();
-            out.item()
-                .and_then(|i| i.get("shipped"))
-                .map(|n| n.as_n().unwrap().parse::<u64>().unwrap())
-                .unwrap_or(0)
-        }
-    };
-
     // 1. Both orders shipped, the unreadable record reported.
     assert_eq!(invoke(), expected);
-    assert_eq!(shipped("o-1001").await, 1);
-    assert_eq!(shipped("o-1002").await, 1);
+    assert_eq!(shipped(&ddb, &tables, "o-1001").await, 1);
+    assert_eq!(shipped(&ddb, &tables, "o-1002").await, 1);
     // 2. The same batch again: the same answer, nothing shipped twice.
     assert_eq!(invoke(), expected);
-    assert_eq!(shipped("o-1001").await, 1);
-    assert_eq!(shipped("o-1002").await, 1);
+    assert_eq!(shipped(&ddb, &tables, "o-1001").await, 1);
+    assert_eq!(shipped(&ddb, &tables, "o-1002").await, 1);
 }
 
 /// The README's local-run block names every table variable its template gives the function,
