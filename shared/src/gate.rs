@@ -151,7 +151,9 @@ impl Gate {
     /// Writes the limits these guards count under, and how long they refuse a full key from
     /// memory, to the control table ([`crate::published_limits`]), so the operator's CLI
     /// reports what this function counts rather than what the operator's shell says. Once per
-    /// process, spawned at start by the entry point: no request waits for it. A failure
+    /// process, spawned by the entry point once the first answer has gone (so it reuses that
+    /// answer's connection rather than opening a second one at cold start): no request waits
+    /// for it. A failure
     /// is logged and returned, and changes nothing else: the guards never read it back, and the
     /// CLI says so when it finds nothing published.
     pub async fn publish_limits(&self) -> Result<(), PublishedLimitsError> {

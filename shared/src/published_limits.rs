@@ -5,9 +5,9 @@
 //! another configuration whenever that shell differs from the deployed one (a stack parameter,
 //! a variable only the functions get): the tool would report one limit while the functions
 //! enforce another, or name counters nobody counts. So each function process writes the limits
-//! it parsed at start into the control table it already reads for its kill switch, and the
-//! tools read them back from there. What a process publishes is exactly what its guards were
-//! built from; nothing is guessed.
+//! it parsed at start into the control table it already reads for its kill switch (once its
+//! first answer has gone, off the request path), and the tools read them back from there. What
+//! a process publishes is exactly what its guards were built from; nothing is guessed.
 //!
 //! The item (`pk` = [`key`]`(function)`):
 //!
@@ -138,7 +138,7 @@ impl LimitsRecord {
     }
 
     /// What `function` published (strongly consistent); `None` when no process of it has
-    /// started against this table yet.
+    /// answered a request against this table yet.
     pub async fn read(
         &self,
         function: &str,

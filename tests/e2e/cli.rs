@@ -92,7 +92,7 @@ fn the_cli_flips_the_kill_switch_of_the_running_function_and_resets_a_limit() {
         Some("127.0.0.1"),
     ));
     assert!(shown["count"].as_u64().unwrap() >= 1, "{shown}");
-    // The limits are the ones the running function published when it started, not the
+    // The limits are the ones the running function published after its first answer, not the
     // shell's: this test's shell may not even have the stack's limits variable.
     assert_eq!(shown["limits_source"], "published", "{shown}");
     cli(&cli_args::limits(

@@ -2,12 +2,12 @@
 //! rate-limit counter of the current window.
 //!
 //! The limits are the ones the function counts under, as it published them in the control table
-//! when a process of it started ([`tollgate::published_limits`]): not the operator's shell's
+//! once a process of it had answered its first request ([`tollgate::published_limits`]): not the operator's shell's
 //! `SESSION_RATE_LIMITS` / `TRANSFER_RATE_LIMITS`, which need not be the deployed configuration
 //! (a stack parameter, a variable only the functions get). A wrong limit, window or shard count
 //! would report another limit than the one enforced, or read and reset counters nobody counts.
-//! When nothing is published (no process of the function has started against this control
-//! table yet), the command says it cannot know the limits instead of guessing; `--limits SPEC`
+//! When nothing is published (no process of the function has answered a request against this
+//! control table yet), the command says it cannot know the limits instead of guessing; `--limits SPEC`
 //! states them explicitly. Every reply says which it used (`limits`, `limits_source`,
 //! `limits_published_at`).
 //!
@@ -158,7 +158,7 @@ async fn in_force(
         Ok(Some(published)) => Ok(InForce::Published(published)),
         Ok(None) => Err(CliError::new(format!(
             "cannot know {name}'s limits: it has published none in {table} (no process of \
-             {name} has started against this table yet), so state them with --limits SPEC \
+             {name} has answered a request against this table yet), so state them with --limits SPEC \
              (the value of its {var}, by default {default})",
             name = function.name,
             var = function.limits_variable,

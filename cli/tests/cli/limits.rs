@@ -215,7 +215,7 @@ async fn without_published_limits_it_says_it_cannot_know_them_and_changes_nothin
         for part in [
             "cannot know ephemeral-key's limits",
             cli.table("ControlTable"),
-            "has started",
+            "has answered a request",
             "--limits SPEC",
             catalog::EPHEMERAL_KEY.limits_variable,
         ] {

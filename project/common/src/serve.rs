@@ -115,8 +115,20 @@ pub async fn run<F: Function>() -> Result<(), Error> {
         Arc::new(SystemClock),
     )
     .inspect_err(|e| tracing::error!(error = %e, "bad configuration"))?;
-    let service = app.service();
-    // The limits this process counts under, for the operator's CLI: once, off the request path.
-    tokio::spawn(async move { app.gate().publish_limits().await });
+    // The limits this process counts under, for the operator's CLI: once, off the request path,
+    // after the first answer has gone, so the write reuses the connection that answer opened
+    // instead of opening a second one beside it at cold start (a cold process's peak memory).
+    let app = Arc::new(app);
+    let published = Arc::new(std::sync::Once::new());
+    let service = app.service().map_response({
+        let app = app.clone();
+        move |response| {
+            published.call_once(|| {
+                let app = app.clone();
+                tokio::spawn(async move { app.gate().publish_limits().await });
+            });
+            response
+        }
+    });
     lambda_http::run(service).await
 }
