@@ -7,6 +7,31 @@
 //! them apart from the table's other items, and the table's TTL attribute (DynamoDB allows one
 //! per table). The guards' other attributes (`count`, `state`, ...) are theirs, on their own
 //! items only.
+//!
+//! The counters and the control items of a [`crate::gate::Gate`] in one existing table, under
+//! two prefixes (the idempotency records take the same through
+//! `IdempotencyStore::with_attributes`):
+//!
+//! ```
+//! use tollgate::config::GuardSettings;
+//! use tollgate::table::Attributes;
+//!
+//! let in_app_table = |sort_value: &str, prefix: &str| Attributes {
+//!     partition_key: "PK".into(),
+//!     sort_key: Some(("SK".into(), sort_value.into())),
+//!     key_prefix: prefix.into(),
+//!     expires_at: "ttl".into(),
+//! };
+//! let settings = GuardSettings::builder("orders", "app-table", "app-table")
+//!     .rate_limits("ip=60/1m".parse()?)
+//!     .rate_limit_attributes(in_app_table("LIMIT", "LIMIT#"))
+//!     .control_attributes(in_app_table("CONTROL", "CONTROL#"))
+//!     .build()?;
+//! let key = settings.rate_limit_attributes.key("orders#ip#60#192.0.2.1#0");
+//! assert_eq!(key["PK"].as_s().unwrap(), "LIMIT#orders#ip#60#192.0.2.1#0");
+//! assert_eq!(key["SK"].as_s().unwrap(), "LIMIT");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::collections::HashMap;
 

@@ -33,6 +33,33 @@ fn example_dir(example: &str) -> PathBuf {
     tools::repo_root().join("examples").join(example)
 }
 
+fn example_template(example: &str) -> Template {
+    Template::load_from(&example_dir(example).join("template.yaml"))
+}
+
+/// The `Environment.Variables` of the example's one function in its `template`, by name.
+fn function_variables(example: &str, template: &Template) -> Vec<(String, Value)> {
+    let functions = template.ids_of_type("AWS::Serverless::Function");
+    let [function] = functions.iter().collect::<Vec<_>>()[..] else {
+        panic!(
+            "{example}'s template has {} functions, not one",
+            functions.len()
+        );
+    };
+    at(
+        template.resource(function),
+        &["Properties", "Environment", "Variables"],
+    )
+    .as_mapping()
+    .expect("Variables is a mapping")
+    .iter()
+    .map(|(name, value)| {
+        let name = name.as_str().expect("variable names are strings");
+        (name.to_string(), value.clone())
+    })
+    .collect()
+}
+
 /// One test's tables of `example`, each made as its `template.yaml` defines it, by logical id.
 pub struct ExampleTables(HashMap<String, String>);
 
@@ -76,23 +103,10 @@ impl ExampleTables {
         unset: &[&str],
         extra: &[(&str, &str)],
     ) -> Env {
-        let template = Template::load_from(&example_dir(example).join("template.yaml"));
-        let functions = template.ids_of_type("AWS::Serverless::Function");
-        let [function] = functions.iter().collect::<Vec<_>>()[..] else {
-            panic!(
-                "{example}'s template has {} functions, not one",
-                functions.len()
-            );
-        };
-        let variables = at(
-            template.resource(function),
-            &["Properties", "Environment", "Variables"],
-        )
-        .as_mapping()
-        .expect("Variables is a mapping");
+        let template = example_template(example);
         let mut env = Env::from_pairs(Vec::<(String, String)>::new());
-        for (name, value) in variables {
-            let name = name.as_str().expect("variable names are strings");
+        for (name, value) in function_variables(example, &template) {
+            let name = name.as_str();
             if unset.contains(&name) {
                 continue;
             }

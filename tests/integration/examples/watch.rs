@@ -414,14 +414,16 @@ fn every_readme_local_run_sets_the_templates_tables() {
     for example in super::EXAMPLES {
         let run = local_run(example);
         assert_eq!(run.package, format!("example-{example}"));
-        let text = std::fs::read_to_string(example_dir(example).join("template.yaml")).unwrap();
-        for line in text.lines().map(str::trim) {
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            if name.ends_with("_TABLE") && value.trim().starts_with("!Ref") {
+        let template = super::example_template(example);
+        let tables = template.ids_of_type("AWS::DynamoDB::Table");
+        for (name, value) in super::function_variables(example, &template) {
+            let names_a_table = value
+                .get("Ref")
+                .and_then(serde_norway::Value::as_str)
+                .is_some_and(|id| tables.contains(id));
+            if names_a_table {
                 assert!(
-                    run.vars.iter().any(|(k, _)| k == name),
+                    run.vars.iter().any(|(k, _)| *k == name),
                     "{example}'s README does not set {name}"
                 );
             }
