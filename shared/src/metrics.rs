@@ -6,10 +6,11 @@
 //! dimension `Function` (and `Layer` for rate-limit rejections), so alarms can watch each
 //! function's refusals and failures.
 
+use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lambda_http::{Body, Response};
-use serde_json::{json, Map, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 #[cfg(feature = "idempotency")]
 use crate::idempotency::REPLAYED_HEADER;
@@ -76,36 +77,45 @@ impl Metrics {
     /// The EMF line for one event at `now_ms`; `None` when the metrics are off.
     pub fn line(&self, event: Event<'_>, now_ms: u64) -> Option<String> {
         let namespace = self.namespace.as_deref()?;
-        let mut dimensions = vec!["Function"];
-        let mut root = Map::new();
-        root.insert("Function".into(), Value::from(&*self.function));
-        if let Event::RateLimited { layer } = event {
-            dimensions.push("Layer");
-            root.insert("Layer".into(), Value::from(layer));
-        }
-        root.insert(event.name().into(), Value::from(1));
-        root.insert(
-            "_aws".into(),
-            json!({
-                "Timestamp": now_ms,
-                "CloudWatchMetrics": [{
-                    "Namespace": namespace,
-                    "Dimensions": [dimensions],
-                    "Metrics": [{"Name": event.name(), "Unit": "Count"}]
-                }]
-            }),
-        );
-        Some(Value::Object(root).to_string())
+        let layer = match event {
+            Event::RateLimited { layer } => Some(layer),
+            _ => None,
+        };
+        let line = Line {
+            function: &self.function,
+            layer,
+            name: event.name(),
+            aws: Aws {
+                timestamp: now_ms,
+                cloud_watch_metrics: [Directive {
+                    namespace,
+                    dimensions: [if layer.is_some() {
+                        &["Function", "Layer"][..]
+                    } else {
+                        &["Function"][..]
+                    }],
+                    metrics: [MetricName {
+                        name: event.name(),
+                        unit: "Count",
+                    }],
+                }],
+            },
+        };
+        // Serialising borrowed fields straight into the string: this runs on every request,
+        // and a `serde_json::Value` tree cost an allocation per key.
+        serde_json::to_string(&line).ok()
     }
 
-    /// Writes one event to stdout (Lambda ships it to CloudWatch Logs).
+    /// Writes one event to stdout (Lambda ships it to CloudWatch Logs), in one `write`.
     pub fn emit(&self, event: Event<'_>) {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        if let Some(line) = self.line(event, now_ms) {
-            println!("{line}");
+        if let Some(mut line) = self.line(event, now_ms) {
+            line.push('\n');
+            // A metric line that cannot be written is not worth failing a request for.
+            let _ = std::io::stdout().lock().write_all(line.as_bytes());
         }
     }
 
@@ -135,8 +145,55 @@ impl Metrics {
     }
 }
 
+/// One EMF document: the dimensions' values, the count under the metric's name, and the
+/// `_aws` metadata that declares them.
+struct Line<'a> {
+    function: &'a str,
+    layer: Option<&'a str>,
+    name: &'static str,
+    aws: Aws<'a>,
+}
+
+// By hand: the count's key is the metric's name, which a derive cannot name.
+impl Serialize for Line<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("Function", self.function)?;
+        if let Some(layer) = self.layer {
+            map.serialize_entry("Layer", layer)?;
+        }
+        map.serialize_entry(self.name, &1)?;
+        map.serialize_entry("_aws", &self.aws)?;
+        map.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Aws<'a> {
+    timestamp: u64,
+    cloud_watch_metrics: [Directive<'a>; 1],
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Directive<'a> {
+    namespace: &'a str,
+    dimensions: [&'a [&'a str]; 1],
+    metrics: [MetricName; 1],
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct MetricName {
+    name: &'static str,
+    unit: &'static str,
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
     use super::*;
 
     fn line(function: &str, event: Event<'_>, now_ms: u64) -> String {
