@@ -1,6 +1,6 @@
 //! The floor: a guarded new transfer through the transfer function's whole request path
 //! against a bare `TransactWriteItems` of the same four items, measured in the same run and
-//! interleaved in blocks ([`super::blocks`]).
+//! interleaved request by request ([`super::blocks`] with blocks of one request).
 //!
 //! A new transfer cannot cost less than the one transaction that moves the money and stores
 //! the response under the key; everything the guards and the function add on top is overhead,
@@ -46,14 +46,6 @@ use super::{BenchError, WARMUP};
 /// The goal: the guarded median at most this many times the bare one.
 pub const GOAL_RATIO: f64 = 1.05;
 
-/// Blocks per side: many small ones (10 requests at the default 400). The goal sits within a
-/// few percent, and in a run with part 1's 8 blocks per side the side that ran second in a pair
-/// was slower by about a fifth either way (0.85x with the guarded block first, 1.20x with the
-/// bare one first): with 4 pairs of each order, which pairs happened to be slow moved the
-/// ratio more than the guards did. With twenty pairs of each order, trial runs put the two
-/// orders' ratios within a few percent of each other (1.01 and 0.98; 1.00 and 1.07).
-pub const FLOOR_BLOCKS: usize = 40;
-
 /// The function's rate-limit layers in each configuration: off (the goal's), then counting.
 const CONFIGS: [(&str, bool); 2] = [
     ("ip=off,client=off,global=off", false),
@@ -98,7 +90,16 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
         sides.guarded("warm", WARMUP).await?;
         sides.bare("warm", WARMUP).await?;
         let mut blocks = Blocks::default();
-        for block in schedule(n, FLOOR_BLOCKS) {
+        // Blocks of one request: the sides alternate request by request (A B, B A, A B, ...). The
+        // goal sits within a few percent of 1, and the latencies here are multimodal (the JVM, the
+        // client and the driver share 2 cores): with blocks of 50 and of 10 requests, four full runs gave
+        // 1.03, 1.06, 1.15 and 1.04, the bare side's median moving between 4.4 and 5.5 ms with
+        // which mode a block happened to catch. Alternating each request puts both sides in the
+        // same moments, and three runs in a row then gave 1.052, 1.061 and 1.058. Within a pair the
+        // request after a switch of side is the slower one (the other side's connection has gone
+        // idle), so the by-order medians differ by about a tenth; every request follows a switch in
+        // exactly one of the two orders, so that cost falls on both sides alike.
+        for block in schedule(n, n) {
             let tag = format!("b{}", block.index);
             let phase = match block.side {
                 Which::A => sides.guarded(&tag, block.len).await?,
@@ -128,7 +129,7 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
     Ok(Floor {
         n,
         warmup: WARMUP,
-        blocks: FLOOR_BLOCKS.min(n),
+        blocks: n,
         goal_ratio: GOAL_RATIO,
         configs,
     })
