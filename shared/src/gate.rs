@@ -153,9 +153,8 @@ impl Gate {
     /// reports what this function counts rather than what the operator's shell says. Once per
     /// process, spawned by the entry point once the first answer has gone (so it reuses that
     /// answer's connection rather than opening a second one at cold start): no request waits
-    /// for it. A failure
-    /// is logged and returned, and changes nothing else: the guards never read it back, and the
-    /// CLI says so when it finds nothing published.
+    /// for it. A failure is logged and returned, and changes nothing else: the guards never
+    /// read it back, and the CLI says so when it finds nothing published.
     pub async fn publish_limits(&self) -> Result<(), PublishedLimitsError> {
         let settings = &self.settings;
         let refused_from_memory_for = match settings.block_cache_capacity {

@@ -2,14 +2,14 @@
 //! rate-limit counter of the current window.
 //!
 //! The limits are the ones the function counts under, as it published them in the control table
-//! once a process of it had answered its first request ([`tollgate::published_limits`]): not the operator's shell's
-//! `SESSION_RATE_LIMITS` / `TRANSFER_RATE_LIMITS`, which need not be the deployed configuration
-//! (a stack parameter, a variable only the functions get). A wrong limit, window or shard count
-//! would report another limit than the one enforced, or read and reset counters nobody counts.
-//! When nothing is published (no process of the function has answered a request against this
-//! control table yet), the command says it cannot know the limits instead of guessing; `--limits SPEC`
-//! states them explicitly. Every reply says which it used (`limits`, `limits_source`,
-//! `limits_published_at`).
+//! once a process of it had answered its first request ([`tollgate::published_limits`]): not the
+//! operator's shell's `SESSION_RATE_LIMITS` / `TRANSFER_RATE_LIMITS`, which need not be the
+//! deployed configuration (a stack parameter, a variable only the functions get). A wrong limit,
+//! window or shard count would report another limit than the one enforced, or read and reset
+//! counters nobody counts. When nothing is published (no process of the function has answered a
+//! request against this control table yet), the command says it cannot know the limits instead of
+//! guessing; `--limits SPEC` states them explicitly. Every reply says which it used (`limits`,
+//! `limits_source`, `limits_published_at`).
 //!
 //! The key is the one the function counts under:
 //!

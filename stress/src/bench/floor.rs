@@ -78,7 +78,6 @@ pub struct Config {
 pub struct Floor {
     pub n: usize,
     pub warmup: usize,
-    pub blocks: usize,
     pub goal_ratio: f64,
     pub configs: Vec<Config>,
 }
@@ -92,13 +91,13 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
         let mut blocks = Blocks::default();
         // Blocks of one request: the sides alternate request by request (A B, B A, A B, ...). The
         // goal sits within a few percent of 1, and the latencies here are multimodal (the JVM, the
-        // client and the driver share 2 cores): with blocks of 50 and of 10 requests, four full runs gave
-        // 1.03, 1.06, 1.15 and 1.04, the bare side's median moving between 4.4 and 5.5 ms with
-        // which mode a block happened to catch. Alternating each request puts both sides in the
-        // same moments, and three runs in a row then gave 1.052, 1.061 and 1.058. Within a pair the
-        // request after a switch of side is the slower one (the other side's connection has gone
-        // idle), so the by-order medians differ by about a tenth; every request follows a switch in
-        // exactly one of the two orders, so that cost falls on both sides alike.
+        // client and the driver share 2 cores): with blocks of 50 and of 10 requests, four full
+        // runs gave 1.03, 1.06, 1.15 and 1.04, the bare side's median moving between 4.4 and 5.5 ms
+        // with which mode a block happened to catch. Alternating each request puts both sides in
+        // the same moments, and three runs in a row then gave 1.052, 1.061 and 1.058. Within a pair
+        // the request after a switch of side is the slower one (the other side's connection has
+        // gone idle), so the by-order medians differ by about a tenth; every request follows a
+        // switch in exactly one of the two orders, so that cost falls on both sides alike.
         for block in schedule(n, n) {
             let tag = format!("b{}", block.index);
             let phase = match block.side {
@@ -129,7 +128,6 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
     Ok(Floor {
         n,
         warmup: WARMUP,
-        blocks: n,
         goal_ratio: GOAL_RATIO,
         configs,
     })

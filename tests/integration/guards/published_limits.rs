@@ -1,7 +1,7 @@
-//! Each function publishes the limits it counts under in the control table, so that the
-//! operator's CLI reports those instead of whatever its own shell says (`cli/src/cmd/limits.rs`).
-//! `serve::run` spawns the publish after a process's first answer; these tests call it on functions built from their
-//! environment exactly as `run` builds them. The e2e CLI test sees it through the real start.
+//! Each function publishes the limits it counts under in the control table, so that the operator's
+//! CLI reports those instead of whatever its own shell says (`cli/src/cmd/limits.rs`). `serve::run`
+//! spawns the publish after a process's first answer; these tests call it on functions built from
+//! their environment exactly as `run` builds them. The e2e CLI test sees it through the real start.
 
 use std::time::Duration;
 
