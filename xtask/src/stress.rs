@@ -38,6 +38,63 @@ pub fn run(command: &str, args: &[String]) -> Result {
 struct Built {
     stress: PathBuf,
     bin_dir: PathBuf,
+    /// The earlier build of the functions the bench measures beside these (part 3).
+    earlier: Option<PathBuf>,
+}
+
+/// Issue 19's baseline: the last commit before the guards became tower layers. The bench's
+/// part 3 runs its functions beside today's, so "cold init and peak memory no worse than
+/// before" is judged within one run (the same binary's median init moves by about 2 ms from
+/// run to run, more than the difference in question).
+const EARLIER: &str = "83144cf1550e32ee3ac7febc9ec75c3159c729bc";
+
+/// Both functions of [`EARLIER`] in `release` (that commit's profile), from its tree exported
+/// once into the cache (`git archive`: this repository's own history, no worktree registered)
+/// and built there with a target dir of their own; returns their directory.
+fn build_earlier() -> Result<PathBuf> {
+    let cache = util::cache_dir()?;
+    let tree = cache.join("bench-earlier").join(&EARLIER[..12]);
+    if !tree.join("Cargo.lock").exists() {
+        info(format!(
+            "exporting {} into {}",
+            &EARLIER[..12],
+            tree.display()
+        ));
+        let partial = tree.with_extension("partial");
+        let _ = std::fs::remove_dir_all(&partial);
+        std::fs::create_dir_all(&partial)?;
+        let mut archive = Command::new("git");
+        archive
+            .current_dir(util::workspace_root())
+            .args(["archive", "--format=tar", "--output"])
+            .arg(partial.join("tree.tar"))
+            .arg(EARLIER);
+        util::run(&mut archive).map_err(|e| {
+            format!("{e}: the bench's earlier build needs commit {EARLIER} in this clone's history (a full clone, not a shallow one)")
+        })?;
+        util::run(
+            Command::new("tar")
+                .arg("-xf")
+                .arg(partial.join("tree.tar"))
+                .arg("-C")
+                .arg(&partial),
+        )?;
+        std::fs::remove_file(partial.join("tree.tar"))?;
+        let _ = std::fs::remove_dir_all(&tree);
+        std::fs::rename(&partial, &tree)?;
+    }
+    let mut cargo = util::cargo();
+    cargo
+        .current_dir(&tree)
+        .env("CARGO_TARGET_DIR", cache.join("target-earlier"));
+    let names: Vec<&str> = tollgate_catalog::FUNCTIONS.iter().map(|f| f.name).collect();
+    let packages: Vec<&str> = names.iter().flat_map(|name| ["-p", name]).collect();
+    let args = [&["--release", "--locked"], &packages[..]].concat();
+    let bins = util::build_bins(cargo, &args, &names[..1])?;
+    Ok(bins[0]
+        .parent()
+        .ok_or("an earlier function binary has no directory")?
+        .to_path_buf())
 }
 
 fn build<S: AsRef<std::ffi::OsStr>>(command: &str, run_args: &[S]) -> Result<Built> {
@@ -67,9 +124,27 @@ fn build<S: AsRef<std::ffi::OsStr>>(command: &str, run_args: &[S]) -> Result<Bui
     let bin_dir = functions[0]
         .parent()
         .ok_or("a function binary has no directory")?;
+    // Part 3 (in every full run, or asked for) compares with the earlier build.
+    let args: Vec<&str> = run_args
+        .iter()
+        .filter_map(|a| a.as_ref().to_str())
+        .collect();
+    let parts: Vec<&str> = (0..args.len())
+        .filter_map(|i| match args[i].strip_prefix("--part") {
+            Some("") => args.get(i + 1).copied(),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        })
+        .collect();
+    let part_3 = parts.is_empty() || parts.contains(&"3");
+    let earlier = match command == "bench" && !debug && part_3 {
+        true => Some(build_earlier()?),
+        false => None,
+    };
     Ok(Built {
         stress: stress[0].clone(),
         bin_dir: bin_dir.to_path_buf(),
+        earlier,
     })
 }
 
@@ -92,6 +167,11 @@ pub fn stress<S: AsRef<std::ffi::OsStr>>(tools: &Tools, command: &str, args: &[S
         .args(args);
     if command == "bench" {
         cmd.args(bench_args(&tools.dynamodb_local)?);
+    }
+    if let Some(dir) = &built.earlier {
+        cmd.arg("--earlier-bin-dir")
+            .arg(dir)
+            .args(["--earlier-rev", &EARLIER[..12]]);
     }
     util::local_aws(&mut cmd, &ddb.endpoint);
     let result = util::run(&mut cmd);

@@ -70,7 +70,12 @@ pub fn cargo() -> Command {
 /// `cargo build <args>`, returning the path of each binary in `bins` as cargo reports it (so
 /// `CARGO_TARGET_DIR` and profiles need no guessing). Diagnostics go to the terminal.
 pub fn cargo_build_bins(args: &[&str], bins: &[&str]) -> Result<Vec<PathBuf>> {
-    let mut cmd = cargo();
+    build_bins(cargo(), args, bins)
+}
+
+/// [`cargo_build_bins`] with `cmd` as the `cargo` to run (another directory, another target
+/// dir).
+pub fn build_bins(mut cmd: Command, args: &[&str], bins: &[&str]) -> Result<Vec<PathBuf>> {
     cmd.arg("build")
         .args(args)
         .arg("--message-format=json-render-diagnostics")

@@ -20,7 +20,8 @@
 //! Each request's answer is checked (status, and `Idempotent-Replayed` on replays): a
 //! benchmark that timed errors would be measuring the wrong thing, so a wrong answer fails it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -28,14 +29,19 @@ use tollgate::ids::random_hex;
 use tollgate_functions::catalog;
 use tollgate_tests::events::Event;
 
-use super::stats::{ms, quantile, Quantiles};
+use super::stats::{greater_p, ms, quantile, Quantiles};
 use super::{BenchError, WARMUP};
 use crate::lambda::Function;
 use crate::limits::Limits;
 use crate::stack::{self, Stack};
 
-/// Fresh processes per function for the cold-start figures.
-const COLD_STARTS: usize = 15;
+/// Fresh processes per function (and per build) for the cold-start figures. The same binary's
+/// median init moves by about 2 ms from run to run (10.5 to 14.5 ms over six runs of one
+/// build): enough starts that a rank test between two builds can tell a real difference.
+const COLD_STARTS: usize = 30;
+/// A build is worse than the earlier one when the one-sided rank test puts its cold inits (or
+/// cold peaks) above the earlier build's with a p-value below this.
+const NO_WORSE_P: f64 = 0.05;
 /// The goal for peak memory, in MB (10^6 bytes, the stricter reading); the template gives each
 /// function 128 MB.
 const MEMORY_GOAL_MB: f64 = 32.0;
@@ -132,6 +138,24 @@ pub struct Binaries {
     pub ephemeral_key: PathBuf,
     pub transfer: PathBuf,
     pub profile: String,
+    /// The same functions built from an earlier commit, measured beside these in part 3.
+    pub earlier: Option<EarlierBuild>,
+}
+
+impl Binaries {
+    fn binary(&self, which: Which) -> PathBuf {
+        match which {
+            Which::EphemeralKey => self.ephemeral_key.clone(),
+            Which::Transfer => self.transfer.clone(),
+        }
+    }
+}
+
+/// Where an earlier build of both functions is, and the commit it was built from.
+#[derive(Debug, Clone)]
+pub struct EarlierBuild {
+    pub rev: String,
+    pub dir: PathBuf,
 }
 
 /// One kind of request and the answer it must get.
@@ -160,8 +184,54 @@ pub struct FunctionFigures {
     /// The highest peak of any process, in MB and MiB.
     pub peak_mb: f64,
     pub peak_mib: f64,
-    /// Issue 19's baseline for this function, if it has one.
+    /// Every cold process's init (ms) and peak (MiB), in the order they ran.
+    #[serde(skip)]
+    pub init_ms: Vec<f64>,
+    #[serde(skip)]
+    pub cold_peaks_mib: Vec<f64>,
+    /// Issue 19's fixed figures for this function, if it has them.
     pub baseline: Option<Baseline>,
+    /// This function against its earlier build, measured in the same run.
+    pub earlier: Option<Earlier>,
+}
+
+/// A function of the earlier build, and whether this build is worse.
+#[derive(Debug, Serialize)]
+pub struct Earlier {
+    pub rev: String,
+    pub size_mib: f64,
+    pub init: Quantiles,
+    pub cold_peak_mib: f64,
+    pub warm_peak_mib: f64,
+    pub peak_mib: f64,
+    /// [`greater_p`] of this build's cold inits over the earlier build's, and of the cold
+    /// processes' peaks.
+    pub init_p: f64,
+    pub peak_p: f64,
+    /// Whether this build is no worse: the rank test does not find it slower (or bigger) at
+    /// [`NO_WORSE_P`]. (Not the highest peaks against each other: one process in thirty decides
+    /// those, and two runs of the very same binary differ by 0.1 to 0.3 MiB.)
+    pub init_no_worse: bool,
+    pub peak_no_worse: bool,
+}
+
+impl Earlier {
+    fn compare(mine: &FunctionFigures, earlier: FunctionFigures, rev: &str) -> Self {
+        let init_p = greater_p(&mine.init_ms, &earlier.init_ms);
+        let peak_p = greater_p(&mine.cold_peaks_mib, &earlier.cold_peaks_mib);
+        Self {
+            rev: rev.to_string(),
+            size_mib: earlier.size_mib,
+            init: earlier.init,
+            cold_peak_mib: earlier.cold_peak_mib,
+            warm_peak_mib: earlier.warm_peak_mib,
+            peak_mib: earlier.peak_mib,
+            init_p,
+            peak_p,
+            init_no_worse: init_p >= NO_WORSE_P,
+            peak_no_worse: peak_p >= NO_WORSE_P,
+        }
+    }
 }
 
 /// One variant scenario, warm.
@@ -185,6 +255,9 @@ pub struct Figures {
     pub limits: Limits,
     pub variant_limits: Limits,
     pub memory_goal_mb: f64,
+    /// The commit the earlier build was built from, when there was one.
+    pub earlier_rev: Option<String>,
+    pub no_worse_p: f64,
     pub functions: Vec<FunctionFigures>,
     pub variants: Vec<Variant>,
 }
@@ -207,119 +280,56 @@ impl Figures {
 }
 
 pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
-    // Straight to DynamoDB Local: the figures are the functions', not a proxy's.
-    let stack = Stack::start(stack::Options {
-        bin_dir: &binaries.dir,
-        transfer_instances: 0,
-        session_instances: Some(0),
-        fault_proxy: false,
-        env: base_env().into_iter().chain(limits().env()).collect(),
-        name: "bench",
-    })
-    .await
-    .map_err(|e| BenchError::Setup(format!("part 3's stack: {e}")))?;
-    let session = stack
-        .ephemeral_key
-        .clone()
-        .ok_or_else(|| BenchError::Setup("part 3's stack has no ephemeral-key".into()))?;
-    let fixture = stack
-        .seed("bench", &[1_000_000_000_000, 0])
-        .await
-        .map_err(|e| BenchError::Setup(e.to_string()))?;
-    let auth = format!("Bearer {}", fixture.token);
-    let new_transfer = transfers(&fixture);
-    let account = format!("/accounts/{}", fixture.accounts[0]);
-    let get_auth = auth.clone();
-    let transfer_scenarios = vec![
-        Scenario {
-            name: NEW_TRANSFER,
-            expect: 201,
-            replayed: false,
-            event: new_transfer(),
-        },
-        Scenario {
-            name: REPLAY,
-            expect: 201,
-            replayed: true,
-            event: new_transfer(),
-        },
-        Scenario {
-            name: "`GET /accounts/{id}`",
-            expect: 200,
-            replayed: false,
-            event: Box::new(move |_| Event::get(&account).header("authorization", &get_auth)),
-        },
-        not_found(),
-    ];
-    let session_scenarios = vec![
-        Scenario {
-            name: SESSION,
-            expect: 200,
-            replayed: false,
-            event: Box::new(|_| Event::post("/session").json(&serde_json::json!({}))),
-        },
-        not_found(),
-    ];
-
+    // Straight to DynamoDB Local: the figures are the functions', not a proxy's. The earlier
+    // build, when there is one, on a stack of its own (its own tables), the same settings.
+    let current = Build::start(&binaries.dir, "bench").await?;
+    let earlier = match &binaries.earlier {
+        Some(e) => Some(Build::start(&e.dir, "bench-earlier").await?),
+        None => None,
+    };
     let mut functions = Vec::new();
-    for (name, function, binary, scenarios) in [
-        (
-            catalog::EPHEMERAL_KEY.name,
-            &session,
-            &binaries.ephemeral_key,
-            &session_scenarios,
-        ),
-        (
-            catalog::TRANSFER.name,
-            &stack.transfer,
-            &binaries.transfer,
-            &transfer_scenarios,
-        ),
-    ] {
-        let size = std::fs::metadata(binary)
-            .map_err(BenchError::io(binary.display()))?
-            .len();
-        println!("part 3: {name}: {COLD_STARTS} cold starts");
-        // Each function's first scenario is its typical request.
-        let cold = &scenarios[0];
-        let mut init_ms = Vec::new();
-        let mut first_ms = Vec::new();
-        let mut cold_peak_kb = 0;
+    for which in [Which::EphemeralKey, Which::Transfer] {
+        let name = which.name();
+        let mut sides = vec![Side::new(&current, which, binaries.binary(which))];
+        if let (Some(build), Some(e)) = (&earlier, &binaries.earlier) {
+            sides.push(Side::new(build, which, e.dir.join(name)));
+        }
+        println!(
+            "part 3: {name}: {COLD_STARTS} cold starts{}",
+            if sides.len() > 1 {
+                " per build, alternating with the earlier build's"
+            } else {
+                ""
+            }
+        );
         for i in 0..COLD_STARTS {
-            let t = Instant::now();
-            let pid = function.spawn_instance().await?;
-            init_ms.push(ms(t.elapsed()));
-            first_ms.push(invoke(function, cold, usize::MAX - i).await?);
-            cold_peak_kb = cold_peak_kb.max(peak_kb(pid)?);
-            function.kill(pid).await?;
+            // Which build starts first alternates, so neither always meets the machine as
+            // the other left it.
+            let len = sides.len();
+            for k in 0..len {
+                sides[(i + k) % len].cold_start(i).await?;
+            }
         }
         println!("part 3: {name}: {WARMUP} warm-up + {n} requests per scenario in one process");
-        let pid = function.spawn_instance().await?;
-        let mut warm = Vec::new();
-        for scenario in scenarios {
-            warm.push((scenario.name, warm_latency(function, scenario, n).await?));
+        for side in &mut sides {
+            side.warm(n).await?;
         }
-        let warm_peak_kb = peak_kb(pid)?;
-        function.stop().await;
-        let peak_kb = cold_peak_kb.max(warm_peak_kb);
-        let mib = |kb: u64| kb as f64 / 1024.0;
-        let init = Quantiles::of(&init_ms);
+        let mut sides = sides.into_iter();
+        let mine = sides.next().expect("the current build's side").figures()?;
+        let against = match (sides.next(), &binaries.earlier) {
+            (Some(side), Some(e)) => Some(Earlier::compare(&mine, side.figures()?, &e.rev)),
+            _ => None,
+        };
         functions.push(FunctionFigures {
-            name,
-            size_mib: size as f64 / (1024.0 * 1024.0),
-            init,
-            first_scenario: cold.name,
-            first_median: quantile(&first_ms, 0.5),
-            cold_peak_mib: mib(cold_peak_kb),
-            warm_peak_mib: mib(warm_peak_kb),
-            warm_requests: scenarios.len() * (n + WARMUP),
-            warm,
-            peak_mb: peak_kb as f64 * 1024.0 / 1e6,
-            peak_mib: mib(peak_kb),
-            baseline: Baseline::of(name, init.median, mib(peak_kb)),
+            baseline: Baseline::of(name, mine.init.median, mine.peak_mib),
+            earlier: against,
+            ..mine
         });
     }
-    stack.stop(false).await;
+    current.stack.stop(false).await;
+    if let Some(build) = earlier {
+        build.stack.stop(false).await;
+    }
     let mut variants = Vec::new();
     for v in VARIANTS {
         println!("part 3: variants ({})", v.name);
@@ -334,9 +344,185 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         limits: limits(),
         variant_limits: variant_limits(),
         memory_goal_mb: MEMORY_GOAL_MB,
+        earlier_rev: binaries.earlier.as_ref().map(|e| e.rev.clone()),
+        no_worse_p: NO_WORSE_P,
         functions,
         variants,
     })
+}
+
+/// The two functions.
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    EphemeralKey,
+    Transfer,
+}
+
+impl Which {
+    fn name(self) -> &'static str {
+        match self {
+            Which::EphemeralKey => catalog::EPHEMERAL_KEY.name,
+            Which::Transfer => catalog::TRANSFER.name,
+        }
+    }
+}
+
+/// One build of both functions on a stack of its own, with each function's scenarios (the
+/// first is its typical request, the one a cold process serves first).
+struct Build {
+    stack: Stack,
+    session: Arc<Function>,
+    session_scenarios: Vec<Scenario>,
+    transfer_scenarios: Vec<Scenario>,
+}
+
+impl Build {
+    async fn start(bin_dir: &Path, name: &'static str) -> Result<Self, BenchError> {
+        let stack = Stack::start(stack::Options {
+            bin_dir,
+            transfer_instances: 0,
+            session_instances: Some(0),
+            fault_proxy: false,
+            env: base_env().into_iter().chain(limits().env()).collect(),
+            name,
+        })
+        .await
+        .map_err(|e| BenchError::Setup(format!("part 3's {name} stack: {e}")))?;
+        let session = stack.ephemeral_key.clone().ok_or_else(|| {
+            BenchError::Setup(format!("part 3's {name} stack has no ephemeral-key"))
+        })?;
+        let fixture = stack
+            .seed(name, &[1_000_000_000_000, 0])
+            .await
+            .map_err(|e| BenchError::Setup(e.to_string()))?;
+        let auth = format!("Bearer {}", fixture.token);
+        let new_transfer = transfers(&fixture);
+        let account = format!("/accounts/{}", fixture.accounts[0]);
+        let transfer_scenarios = vec![
+            Scenario {
+                name: NEW_TRANSFER,
+                expect: 201,
+                replayed: false,
+                event: new_transfer(),
+            },
+            Scenario {
+                name: REPLAY,
+                expect: 201,
+                replayed: true,
+                event: new_transfer(),
+            },
+            Scenario {
+                name: "`GET /accounts/{id}`",
+                expect: 200,
+                replayed: false,
+                event: Box::new(move |_| Event::get(&account).header("authorization", &auth)),
+            },
+            not_found(),
+        ];
+        let session_scenarios = vec![
+            Scenario {
+                name: SESSION,
+                expect: 200,
+                replayed: false,
+                event: Box::new(|_| Event::post("/session").json(&serde_json::json!({}))),
+            },
+            not_found(),
+        ];
+        Ok(Self {
+            stack,
+            session,
+            session_scenarios,
+            transfer_scenarios,
+        })
+    }
+}
+
+/// One function of one build, and what has been measured of it so far.
+struct Side<'a> {
+    name: &'static str,
+    function: &'a Function,
+    binary: PathBuf,
+    scenarios: &'a [Scenario],
+    init_ms: Vec<f64>,
+    first_ms: Vec<f64>,
+    cold_peaks_mib: Vec<f64>,
+    warm: Vec<(&'static str, Quantiles)>,
+    warm_requests: usize,
+    warm_peak_mib: f64,
+}
+
+impl<'a> Side<'a> {
+    fn new(build: &'a Build, which: Which, binary: PathBuf) -> Self {
+        let (function, scenarios) = match which {
+            Which::EphemeralKey => (&*build.session, &build.session_scenarios),
+            Which::Transfer => (&*build.stack.transfer, &build.transfer_scenarios),
+        };
+        Self {
+            name: which.name(),
+            function,
+            binary,
+            scenarios,
+            init_ms: Vec::new(),
+            first_ms: Vec::new(),
+            cold_peaks_mib: Vec::new(),
+            warm: Vec::new(),
+            warm_requests: 0,
+            warm_peak_mib: 0.0,
+        }
+    }
+
+    /// The `i`-th cold start: a fresh process, its init, its first request, its peak; then
+    /// it is killed.
+    async fn cold_start(&mut self, i: usize) -> Result<(), BenchError> {
+        let t = Instant::now();
+        let pid = self.function.spawn_instance().await?;
+        self.init_ms.push(ms(t.elapsed()));
+        self.first_ms
+            .push(invoke(self.function, &self.scenarios[0], usize::MAX - i).await?);
+        self.cold_peaks_mib.push(peak_mib(pid)?);
+        self.function.kill(pid).await?;
+        Ok(())
+    }
+
+    /// One long-lived process through every scenario, then its peak.
+    async fn warm(&mut self, n: usize) -> Result<(), BenchError> {
+        let pid = self.function.spawn_instance().await?;
+        for scenario in self.scenarios {
+            self.warm.push((
+                scenario.name,
+                warm_latency(self.function, scenario, n).await?,
+            ));
+        }
+        self.warm_requests = self.scenarios.len() * (n + WARMUP);
+        self.warm_peak_mib = peak_mib(pid)?;
+        self.function.stop().await;
+        Ok(())
+    }
+
+    fn figures(self) -> Result<FunctionFigures, BenchError> {
+        let size = std::fs::metadata(&self.binary)
+            .map_err(BenchError::io(self.binary.display()))?
+            .len();
+        let cold_peak_mib = self.cold_peaks_mib.iter().copied().fold(0.0, f64::max);
+        let peak_mib = cold_peak_mib.max(self.warm_peak_mib);
+        Ok(FunctionFigures {
+            name: self.name,
+            size_mib: size as f64 / (1024.0 * 1024.0),
+            init: Quantiles::of(&self.init_ms),
+            first_scenario: self.scenarios[0].name,
+            first_median: quantile(&self.first_ms, 0.5),
+            cold_peak_mib,
+            warm_peak_mib: self.warm_peak_mib,
+            warm_requests: self.warm_requests,
+            warm: self.warm,
+            peak_mb: peak_mib * 1024.0 * 1024.0 / 1e6,
+            peak_mib,
+            init_ms: self.init_ms,
+            cold_peaks_mib: self.cold_peaks_mib,
+            baseline: None,
+            earlier: None,
+        })
+    }
 }
 
 /// The main stack's variables other than the limits (the variants add theirs on top).
@@ -521,13 +707,14 @@ async fn invoke(function: &Function, scenario: &Scenario, i: usize) -> Result<f6
     Ok(latency)
 }
 
-/// Peak resident set size of process `pid` so far, in KiB.
-fn peak_kb(pid: u32) -> Result<u64, BenchError> {
+/// Peak resident set size of process `pid` so far, in MiB.
+fn peak_mib(pid: u32) -> Result<f64, BenchError> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).map_err(BenchError::io(&path))?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb as f64 / 1024.0)
         .ok_or_else(|| BenchError::Setup(format!("no VmHWM in {path}")))
 }

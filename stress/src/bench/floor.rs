@@ -46,6 +46,20 @@ use super::{BenchError, WARMUP};
 /// The goal: the guarded median at most this many times the bare one.
 pub const GOAL_RATIO: f64 = 1.05;
 
+/// Rounds of `n` alternating pairs per configuration, pooled for the ratio and reported one by
+/// one. The guards' overhead is a few percent of a transaction on DynamoDB Local, and one round
+/// moves by more than that: alternating each request, three rounds in a row of the floor alone
+/// gave 1.052, 1.044 and 1.028 (shrinking as DynamoDB Local warmed), and three after part 1 gave
+/// 1.092, 0.968 and 1.022. One round cannot place the overhead either side of the goal; the
+/// pooled figure over three, with each round's beside it, shows where it is and how sure.
+pub const ROUNDS: usize = 3;
+
+/// The guarded median over the bare one, over `blocks`.
+fn ratio_of(blocks: &Blocks) -> f64 {
+    let median = |p: &Phase| Quantiles::of(&p.lat_ms).median;
+    median(&blocks.side(Which::A)) / median(&blocks.side(Which::B))
+}
+
 /// The function's rate-limit layers in each configuration: off (the goal's), then counting.
 const CONFIGS: [(&str, bool); 2] = [
     ("ip=off,client=off,global=off", false),
@@ -64,8 +78,11 @@ pub struct Config {
     pub counting: bool,
     pub guarded: PhaseFigures,
     pub bare: PhaseFigures,
-    /// Guarded median over bare median, over every block.
+    /// Guarded median over bare median, over every round's requests: the goal's figure.
     pub ratio: f64,
+    /// The same ratio in each round on its own, in the order they ran: the spread a single
+    /// round would have left to chance.
+    pub rounds: Vec<f64>,
     /// The same medians over the pairs where the guarded block ran first (`a_first`) and over
     /// those where the bare one did (`b_first`).
     pub by_order: ByOrder,
@@ -76,7 +93,9 @@ pub struct Config {
 /// The floor's figures.
 #[derive(Debug, Serialize)]
 pub struct Floor {
+    /// Requests per side and round.
     pub n: usize,
+    pub rounds: usize,
     pub warmup: usize,
     pub goal_ratio: f64,
     pub configs: Vec<Config>,
@@ -89,26 +108,37 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
         sides.guarded("warm", WARMUP).await?;
         sides.bare("warm", WARMUP).await?;
         let mut blocks = Blocks::default();
-        // Blocks of one request: the sides alternate request by request (A B, B A, A B, ...). The
-        // goal sits within a few percent of 1, and the latencies here are multimodal (the JVM, the
-        // client and the driver share 2 cores): with blocks of 50 and of 10 requests, four full
-        // runs gave 1.03, 1.06, 1.15 and 1.04, the bare side's median moving between 4.4 and 5.5 ms
-        // with which mode a block happened to catch. Alternating each request puts both sides in
-        // the same moments, and three runs in a row then gave 1.052, 1.061 and 1.058. Within a pair
-        // the request after a switch of side is the slower one (the other side's connection has
-        // gone idle), so the by-order medians differ by about a tenth; every request follows a
-        // switch in exactly one of the two orders, so that cost falls on both sides alike.
-        for block in schedule(n, n) {
-            let tag = format!("b{}", block.index);
-            let phase = match block.side {
-                Which::A => sides.guarded(&tag, block.len).await?,
-                Which::B => sides.bare(&tag, block.len).await?,
-            };
-            blocks.push(block, phase);
+        let mut rounds = Vec::with_capacity(ROUNDS);
+        for round in 0..ROUNDS {
+            // Blocks of one request: the sides alternate request by request (A B, B A, A B,
+            // ...). The latencies here are multimodal (the JVM, the client and the driver share
+            // 2 cores): with blocks of 50 and of 10 requests, four full runs gave 1.03, 1.06,
+            // 1.15 and 1.04, the bare side's median moving between 4.4 and 5.5 ms with which
+            // mode a block caught. Alternating each request puts both sides in the same
+            // moments. Within a pair the request after a switch of side is the slower one (the
+            // other side's connection has gone idle), so the by-order medians differ by about a
+            // tenth; every request follows a switch in exactly one of the two orders, so that
+            // cost falls on both sides alike.
+            let mut this_round = Blocks::default();
+            for block in schedule(n, n) {
+                let tag = format!("r{round}b{}", block.index);
+                let phase = match block.side {
+                    Which::A => sides.guarded(&tag, block.len).await?,
+                    Which::B => sides.bare(&tag, block.len).await?,
+                };
+                this_round.push(block, phase.clone());
+                blocks.push(block, phase);
+            }
+            let ratio = ratio_of(&this_round);
+            println!(
+                "floor ({limits}): round {} of {ROUNDS}: ratio {ratio:.3}",
+                round + 1
+            );
+            rounds.push(ratio);
         }
         let (guarded, bare) = (blocks.side(Which::A), blocks.side(Which::B));
         let median = |p: &Phase| Quantiles::of(&p.lat_ms).median;
-        let ratio = median(&guarded) / median(&bare);
+        let ratio = ratio_of(&blocks);
         println!(
             "floor ({limits}): guarded median {:.2} ms, bare {:.2} ms, ratio {ratio:.3}",
             median(&guarded),
@@ -121,12 +151,14 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
             guarded: guarded.figures(&guarded),
             bare: bare.figures(&bare),
             ratio,
+            rounds,
             by_order: blocks.by_order(),
             goal_met: (!counting).then_some(ratio <= GOAL_RATIO),
         });
     }
     Ok(Floor {
         n,
+        rounds: ROUNDS,
         warmup: WARMUP,
         goal_ratio: GOAL_RATIO,
         configs,

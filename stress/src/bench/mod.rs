@@ -67,6 +67,15 @@ pub struct Options {
     /// in release), whose report says so.
     #[arg(long)]
     pub debug: bool,
+    /// Part 3: both functions built from an earlier commit (`cargo xtask bench` builds issue
+    /// 19's baseline, the commit before the guards became layers), measured in the same part,
+    /// their cold starts alternating with these binaries', so "no worse than before" is judged
+    /// within one run.
+    #[arg(long, requires = "earlier_rev")]
+    pub earlier_bin_dir: Option<PathBuf>,
+    /// For the report: the commit `--earlier-bin-dir`'s binaries were built from.
+    #[arg(long, requires = "earlier_bin_dir")]
+    pub earlier_rev: Option<String>,
     /// For the report: DynamoDB Local's version.
     #[arg(long, default_value = "unknown")]
     pub dynamodb_local: String,
@@ -201,6 +210,11 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
         ephemeral_key: bin_dir.join(tollgate_functions::catalog::EPHEMERAL_KEY.name),
         transfer: bin_dir.join(tollgate_functions::catalog::TRANSFER.name),
         profile: o.functions_profile().into(),
+        earlier: o
+            .earlier_bin_dir
+            .clone()
+            .zip(o.earlier_rev.clone())
+            .map(|(dir, rev)| binaries::EarlierBuild { rev, dir }),
     };
     if parts.contains(&3) {
         println!("part 3: the functions' binaries under the runtime API emulator");
