@@ -53,6 +53,12 @@ type Condition = Arc<dyn Fn(&Request) -> bool + Send + Sync>;
 /// With [`RateLimitLayer::known_full_only`] the layer counts nothing and only refuses what the
 /// block cache knows to be full, at no cost: ahead of an earlier limit, for a request whose
 /// later limit this process can already tell is full.
+///
+/// A layer whose every limit is configured off (each [`RateLimitLayer::limit`] given `None`),
+/// and that gives nothing back on a 5xx, is not there: the request goes straight to the inner
+/// service, its [`RateLimitLayer::only_if`] condition unevaluated, with no [`Admitted`] of its
+/// own (there is nothing to give back). So a function whose limits variable turns a layer off
+/// pays nothing for the layer.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     limiter: Arc<RateLimiter>,
@@ -167,6 +173,13 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
+        if self.limits.is_empty() && !self.refund_server_errors {
+            // Every limit of this layer configured off: nothing to count, check or give back,
+            // so the request goes straight to the service that was polled ready (no clone of
+            // it, no future of our own, no `only_if` evaluated, no `Admitted` of our own: an
+            // outer layer's, if any, is already in the extensions).
+            return Box::pin(self.inner.call(req));
+        }
         let mut inner = take_ready(&mut self.inner);
         let limiter = self.limiter.clone();
         let limits = self.limits.clone();

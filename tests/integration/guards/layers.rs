@@ -135,6 +135,50 @@ async fn an_address_limit_counts_every_request_and_a_refusal_never_reaches_the_h
     assert_eq!(service.clone().oneshot(other).await.unwrap().status(), 200);
 }
 
+/// A rate-limit layer whose every limit is configured off (the function's limits variable says
+/// `off`) is not there at all: its condition is never evaluated, nothing is sent to DynamoDB,
+/// and it puts no `Admitted` of its own in the extensions (there is nothing to give back).
+#[tokio::test]
+async fn a_layer_with_every_limit_off_evaluates_nothing_and_passes_the_request_straight_in() {
+    let f = fixture("ip=off,client=off,global=off").await;
+    let gate = &f.gate;
+    let evaluated = Arc::new(AtomicUsize::new(0));
+    let seen = evaluated.clone();
+    let service = ServiceBuilder::new()
+        .layer(gate.respond_layer())
+        .layer(gate.client_address_layer())
+        .layer(
+            gate.rate_limit_layer()
+                .known_full_only()
+                .only_if(move |_| {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    true
+                })
+                .limit(gate.rate_limit(Layer::Ip), ClientAddress)
+                .limit(gate.rate_limit(Layer::Global), Global),
+        )
+        .layer(
+            gate.rate_limit_layer()
+                .limit(gate.rate_limit(Layer::Ip), ClientAddress),
+        )
+        .service(handler(f.calls.clone()));
+    let before = f.counter.total();
+    for _ in 0..3 {
+        let req = Event::post("/work").from_ip("198.51.100.7").request();
+        let resp = service.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(json_body(&resp)["counted"], serde_json::Value::Null);
+        assert!(!resp.headers().contains_key("ratelimit"));
+    }
+    assert_eq!(f.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        evaluated.load(Ordering::SeqCst),
+        0,
+        "the condition never ran"
+    );
+    assert_eq!(f.counter.total(), before, "no DynamoDB request");
+}
+
 #[tokio::test]
 async fn routes_and_the_kill_switch_answer_before_anything_is_counted() {
     let f = fixture("ip=100/1h,global=off").await;
