@@ -44,74 +44,76 @@ pub struct Args {
 pub fn run(args: Args) -> Result {
     // The system prerequisites first: a missing one stops the run here, before any build.
     step("setup");
+    let setup_started = Instant::now();
     let needs: Vec<Need> = Need::ALL
         .iter()
         .copied()
         .filter(|&n| n != Need::Chromium || !args.no_browser)
         .collect();
     let tools = setup::all(&needs)?;
+    info(format!(
+        "setup step took {:.1}s",
+        setup_started.elapsed().as_secs_f32()
+    ));
     let mut failed = Vec::new();
-    // Runs a step unless it is off or Ctrl-C arrived; a failure is reported right away and
-    // recorded, and the run carries on.
-    let mut check = |name: &'static str, on: bool, timed: bool, f: &dyn Fn() -> Result| {
+    // Runs a step unless it is off or Ctrl-C arrived, and says how long it took (so a slow CI
+    // run shows where its time went); a failure is reported right away and recorded, and the
+    // run carries on.
+    let mut check = |name: &'static str, on: bool, f: &dyn Fn() -> Result| {
         if !on || signal::received() {
             return;
         }
         let started = Instant::now();
         let result = f();
-        if timed {
-            let secs = started.elapsed().as_secs_f32();
-            info(format!("{name} step took {secs:.1}s"));
-        }
+        let secs = started.elapsed().as_secs_f32();
+        info(format!("{name} step took {secs:.1}s"));
         if let Err(e) = result {
             eprintln!("error: {e}");
             failed.push(name);
         }
     };
     let cargo = |args: &str| util::run(util::cargo().args(args.split(' ')));
-    check("fmt", !args.no_lint, false, &|| {
+    check("fmt", !args.no_lint, &|| {
         step("fmt");
         cargo("fmt --all -- --check")
     });
-    check("clippy", !args.no_lint, false, &|| {
+    check("clippy", !args.no_lint, &|| {
         step("clippy");
         cargo("clippy --workspace --all-targets -- -D warnings")
     });
     // The guard crate as a published crate would be checked ([`package`]).
-    check("msrv", !args.no_lint, false, &|| {
+    check("msrv", !args.no_lint, &|| {
         step("msrv: tollgate's dependencies against its rust-version");
         package::msrv()
     });
-    check("features", !args.no_lint, true, &|| {
+    check("features", !args.no_lint, &|| {
         step("features: tollgate with no feature, each alone, the gate's, warnings denied");
         package::features()
     });
-    check("doc", !args.no_lint, false, &|| {
+    check("doc", !args.no_lint, &|| {
         step("doc: cargo doc -p tollgate, warnings denied");
         package::doc()
     });
-    check("package", !args.no_lint, true, &|| {
+    check("package", !args.no_lint, &|| {
         step("package: cargo package -p tollgate, the packed crate checked alone");
         package::package()
     });
-    check("test", true, false, &|| {
-        workspace_tests(&tools, &args.test_args)
-    });
-    check("web", true, false, &|| {
+    check("test", true, &|| workspace_tests(&tools, &args.test_args));
+    check("web", true, &|| {
         step("web: tsc and unit tests");
         browser::unit(&tools)
     });
-    check("e2e", !args.no_e2e, true, &|| end_to_end(&tools));
-    check("browser", !args.no_browser, true, &|| {
+    check("e2e", !args.no_e2e, &|| end_to_end(&tools));
+    check("browser", !args.no_browser, &|| {
         browser::browser(&tools, None)
     });
     // A 2,000-request day of hostile transfer traffic, reconciled (`cargo xtask replay`).
-    check("replay", !args.no_replay, true, &|| {
+    check("replay", !args.no_replay, &|| {
         step("replay");
         stress::stress(&tools, "replay", stress::REPLAY_CI)
     });
     // Attack drills against the limits, short windows (`cargo xtask drill --short`).
-    check("drill", !args.no_drill, true, &|| {
+    check("drill", !args.no_drill, &|| {
         step("drill");
         stress::stress(&tools, "drill", stress::DRILL_CI)
     });
