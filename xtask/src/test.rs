@@ -1,7 +1,7 @@
 //! `cargo xtask test`: the full check CI runs, runnable locally as is.
 //!
-//! setup → `cargo fmt --check` → clippy → the guard crate's msrv, features, doc and package
-//! checks ([`crate::package`]) → DynamoDB Local → `cargo test` →
+//! setup (in a thread, while these compile:) `cargo fmt --check` → clippy → the guard crate's
+//! msrv, features, doc and package checks ([`crate::package`]) → DynamoDB Local → `cargo test` →
 //! the web client's `tsc` and `node --test` → end-to-end tests against a
 //! private dev stack → browser tests in headless Chromium against another
 //! (skipped with `--no-browser`) → a 2,000-request replay
@@ -42,24 +42,31 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result {
-    // The system prerequisites first: a missing one stops the run here, before any build.
-    step("setup");
+    // The system prerequisites and the pinned tools are installed while the lints compile:
+    // the lints need only cargo, and on a cold machine each takes a minute or two (Chromium
+    // from apt, the venv, the npm packages; the SDK checked). A missing prerequisite still
+    // stops the run before any test: the steps after the lints wait for the setup.
+    step("setup (alongside the lints)");
     let setup_started = Instant::now();
     let needs: Vec<Need> = Need::ALL
         .iter()
         .copied()
         .filter(|&n| n != Need::Chromium || !args.no_browser)
         .collect();
-    let tools = setup::all(&needs)?;
-    info(format!(
-        "setup step took {:.1}s",
-        setup_started.elapsed().as_secs_f32()
-    ));
-    let mut failed = Vec::new();
+    // The error as text: `Box<dyn Error>` cannot cross threads.
+    let setup = std::thread::spawn(move || {
+        let tools = setup::all(&needs).map_err(|e| e.to_string());
+        info(format!(
+            "setup took {:.1}s",
+            setup_started.elapsed().as_secs_f32()
+        ));
+        tools
+    });
+    let failed = std::cell::RefCell::new(Vec::new());
     // Runs a step unless it is off or Ctrl-C arrived, and says how long it took (so a slow CI
     // run shows where its time went); a failure is reported right away and recorded, and the
     // run carries on.
-    let mut check = |name: &'static str, on: bool, f: &dyn Fn() -> Result| {
+    let check = |name: &'static str, on: bool, f: &dyn Fn() -> Result| {
         if !on || signal::received() {
             return;
         }
@@ -69,7 +76,7 @@ pub fn run(args: Args) -> Result {
         info(format!("{name} step took {secs:.1}s"));
         if let Err(e) = result {
             eprintln!("error: {e}");
-            failed.push(name);
+            failed.borrow_mut().push(name);
         }
     };
     let cargo = |args: &str| util::run(util::cargo().args(args.split(' ')));
@@ -98,6 +105,18 @@ pub fn run(args: Args) -> Result {
         step("package: cargo package -p tollgate, the packed crate checked alone");
         package::package()
     });
+    // Every step from here on needs the tools: without them the run ends with what failed.
+    let installed = setup
+        .join()
+        .unwrap_or_else(|_| Err("the installing thread panicked".into()));
+    let tools: Tools = match installed {
+        Ok(tools) => tools,
+        Err(e) => {
+            eprintln!("error: setup: {e}");
+            failed.borrow_mut().push("setup");
+            return Err(format!("failed: {}", failed.borrow().join(", ")).into());
+        }
+    };
     check("test", true, &|| workspace_tests(&tools, &args.test_args));
     check("web", true, &|| {
         step("web: tsc and unit tests");
@@ -119,6 +138,7 @@ pub fn run(args: Args) -> Result {
     });
 
     util::interrupted()?;
+    let failed = failed.into_inner();
     if failed.is_empty() {
         step("all steps passed");
         Ok(())
