@@ -124,20 +124,9 @@ fn build<S: AsRef<std::ffi::OsStr>>(command: &str, run_args: &[S]) -> Result<Bui
     let bin_dir = functions[0]
         .parent()
         .ok_or("a function binary has no directory")?;
-    // Part 3 (in every full run, or asked for) compares with the earlier build.
-    let args: Vec<&str> = run_args
-        .iter()
-        .filter_map(|a| a.as_ref().to_str())
-        .collect();
-    let parts: Vec<&str> = (0..args.len())
-        .filter_map(|i| match args[i].strip_prefix("--part") {
-            Some("") => args.get(i + 1).copied(),
-            Some(rest) => rest.strip_prefix('='),
-            None => None,
-        })
-        .collect();
-    let part_3 = parts.is_empty() || parts.contains(&"3");
-    let earlier = match command == "bench" && !debug && part_3 {
+    // Part 3 compares with the earlier build: built for every release bench (once, then
+    // cached), whichever parts were asked for, so the harness alone reads the options.
+    let earlier = match command == "bench" && !debug {
         true => Some(build_earlier()?),
         false => None,
     };

@@ -396,21 +396,11 @@ impl Build {
             .await
             .map_err(|e| BenchError::Setup(e.to_string()))?;
         let auth = format!("Bearer {}", fixture.token);
-        let new_transfer = transfers(&fixture);
         let account = format!("/accounts/{}", fixture.accounts[0]);
+        let [new, again] = new_and_replay(&fixture, REPLAY);
         let transfer_scenarios = vec![
-            Scenario {
-                name: NEW_TRANSFER,
-                expect: 201,
-                replayed: false,
-                event: new_transfer(),
-            },
-            Scenario {
-                name: REPLAY,
-                expect: 201,
-                replayed: true,
-                event: new_transfer(),
-            },
+            new,
+            again,
             Scenario {
                 name: "`GET /accounts/{id}`",
                 expect: 200,
@@ -551,6 +541,26 @@ fn transfers(fixture: &stack::Seeded) -> impl Fn() -> Box<dyn Fn(usize) -> Event
     }
 }
 
+/// The new-key transfers of [`transfers`], and the very same requests again as the scenario
+/// `replay` (answered `Idempotent-Replayed`).
+fn new_and_replay(fixture: &stack::Seeded, replay: &'static str) -> [Scenario; 2] {
+    let new_transfer = transfers(fixture);
+    [
+        Scenario {
+            name: NEW_TRANSFER,
+            expect: 201,
+            replayed: false,
+            event: new_transfer(),
+        },
+        Scenario {
+            name: replay,
+            expect: 201,
+            replayed: true,
+            event: new_transfer(),
+        },
+    ]
+}
+
 /// [`WARMUP`] requests, then `n` timed, in the function's one warm process.
 async fn warm_latency(
     function: &Function,
@@ -609,21 +619,7 @@ async fn run_variant(
             .seed(name, &[1_000_000_000_000, 0])
             .await
             .map_err(|e| BenchError::Setup(e.to_string()))?;
-        let new_transfer = transfers(&fixture);
-        let (new, again) = (
-            Scenario {
-                name: NEW_TRANSFER,
-                expect: 201,
-                replayed: false,
-                event: new_transfer(),
-            },
-            Scenario {
-                name: REPLAY_UNCACHED,
-                expect: 201,
-                replayed: true,
-                event: new_transfer(),
-            },
-        );
+        let [new, again] = new_and_replay(&fixture, REPLAY_UNCACHED);
         stack.transfer.spawn_instance().await?;
         warm_latency(&stack.transfer, &new, n).await?;
         out.push(Variant {
