@@ -180,7 +180,9 @@ impl KillSwitch {
             }
         }
         if now >= known.next_read_ms {
-            match self.read(function, Attempts::One).await {
+            // Boxed: a read is once per cache period; inline, its SDK future would make every
+            // check's future kilobytes long (see `crate::layers`).
+            match Box::pin(self.read(function, Attempts::One)).await {
                 Ok(state) => {
                     known.last_good = Some((now, state.clone()));
                     known.next_read_ms = 0;

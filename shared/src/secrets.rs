@@ -190,7 +190,9 @@ impl SecretStore {
         if let Some(retry_after) = self.cooldown.remaining(name) {
             return self.stale_or(&entry, retry_after);
         }
-        match self.fetch(name).await {
+        // Boxed: the fetch (an SDK call, kilobytes of future) is rare, and inline it would make
+        // every caller's future that large, cached reads included (see `crate::layers`).
+        match Box::pin(self.fetch(name)).await {
             Ok(value) => {
                 self.cooldown.clear(name);
                 entry.value = Some(value.clone());

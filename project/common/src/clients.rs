@@ -217,14 +217,15 @@ impl ClientStore {
         if let Some(id) = self.cached_hash(&hash, now) {
             return Ok(Some(id));
         }
-        let out = self
+        // Boxed: a lookup is once per token and cache period; inline, its SDK future would make
+        // every authentication's future kilobytes long.
+        let lookup = self
             .ddb
             .get_item()
             .table_name(&self.table)
             .key("pk", AttributeValue::S(hash.clone()))
-            .send()
-            .await
-            .map_err(|e| err("lookup", e))?;
+            .send();
+        let out = Box::pin(lookup).await.map_err(|e| err("lookup", e))?;
         let id = out
             .item()
             .and_then(|i| i.get("client_id"))

@@ -437,9 +437,10 @@ impl IdempotencyStore {
                     match effect.explain(&reasons[1..]) {
                         Explained::Refused(refusal) => {
                             let unknown = tokens.outcome_unknown();
-                            return self
-                                .store_refusal(scope, fingerprint, refusal, &call, unknown)
-                                .await;
+                            // Boxed, as every rare path's DynamoDB request here (see `send`).
+                            let store =
+                                self.store_refusal(scope, fingerprint, refusal, &call, unknown);
+                            return Box::pin(store).await;
                         }
                         Explained::Rebuild => tokens.next(),
                         Explained::Raced => {
@@ -458,7 +459,7 @@ impl IdempotencyStore {
             return Err(failure);
         }
         let left = ANSWER_BY.saturating_sub(started.elapsed());
-        match self.resolve(scope, fingerprint, &call, left).await {
+        match Box::pin(self.resolve(scope, fingerprint, &call, left)).await {
             Resolved::Committed => {
                 tracing::info!("transaction committed (found by reading the key's record after an unknown outcome)");
                 Ok(Outcome::Committed(response))
@@ -509,15 +510,17 @@ impl IdempotencyStore {
     /// for the transaction, so that an attempt whose outcome is unknown is never hidden behind a
     /// later, clearer failure.
     async fn send(&self, items: Vec<TransactWriteItem>, token: &str, within: Duration) -> Attempt {
-        let result = self
+        let send = self
             .ddb
             .transact_write_items()
             .set_transact_items(Some(items))
             .client_request_token(token)
             .customize()
             .config_override(crate::aws::dynamodb_one_attempt_within(within))
-            .send()
-            .await;
+            .send();
+        // Boxed: the SDK's future is kilobytes, and inline it would be held by every future above
+        // this one (the commit, the handler, its route), each made and moved once per request.
+        let result = Box::pin(send).await;
         let e = match result {
             Ok(_) => return Attempt::Committed,
             Err(e) => e,

@@ -149,8 +149,10 @@ where
 
     fn call(&mut self, req: Request) -> Self::Future {
         let id = respond::request_id_of(&req);
-        let fut = (self.0)(req);
-        Box::pin(async move { Ok(fut.await.unwrap_or_else(|e| rejected(&id, &e))) })
+        // The handler's future is made inside the box, not moved into it: an async block that
+        // captures a future and awaits it holds it twice (the capture and the await's slot).
+        let f = self.0.clone();
+        Box::pin(async move { Ok(f(req).await.unwrap_or_else(|e| rejected(&id, &e))) })
     }
 }
 
