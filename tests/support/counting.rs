@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
@@ -55,6 +57,57 @@ impl Intercept for RequestCounter {
             .map(|m| m.name().to_string())
             .unwrap_or_else(|| "unknown".into());
         *self.0.lock().unwrap().entry(op).or_default() += 1;
+        Ok(())
+    }
+}
+
+/// The time an SDK client's requests spend from the hand-over to the HTTP client until the
+/// response is read and deserialized, summed over attempts since the last [`WireClock::take`]:
+/// what a call spends on the wire, in DynamoDB and in the SDK's reading of the answer, as
+/// opposed to in the caller's own code. The bench's floor splits a request's latency with it.
+#[derive(Debug, Clone, Default)]
+pub struct WireClock(Arc<Mutex<WireState>>);
+
+#[derive(Debug, Default)]
+struct WireState {
+    sent: Option<std::time::Instant>,
+    total: std::time::Duration,
+}
+
+impl WireClock {
+    /// The wire time since the last call, and a fresh start.
+    pub fn take(&self) -> std::time::Duration {
+        let mut state = self.0.lock().unwrap();
+        state.sent = None;
+        std::mem::take(&mut state.total)
+    }
+}
+
+impl Intercept for WireClock {
+    fn name(&self) -> &'static str {
+        "WireClock"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.lock().unwrap().sent = Some(std::time::Instant::now());
+        Ok(())
+    }
+
+    fn read_after_deserialization(
+        &self,
+        _context: &AfterDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let mut state = self.0.lock().unwrap();
+        if let Some(sent) = state.sent.take() {
+            state.total += sent.elapsed();
+        }
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use tollgate_functions::catalog;
 use tollgate_template::{self as template, TableDef};
 
 use crate::capacity::CapacityMeter;
-use crate::counting::RequestCounter;
+use crate::counting::{RequestCounter, WireClock};
 
 /// DynamoDB Local's endpoint, from `DYNAMODB_ENDPOINT`.
 pub fn endpoint() -> String {
@@ -44,6 +44,21 @@ pub fn metered_client() -> (Client, RequestCounter, CapacityMeter) {
         .interceptor(meter.clone())
         .build();
     (Client::from_conf(config), counter, meter)
+}
+
+/// [`metered_client`] whose requests' time on the wire is also clocked.
+pub fn metered_clocked_client() -> (Client, RequestCounter, CapacityMeter, WireClock) {
+    let (counter, meter, wire) = (
+        RequestCounter::default(),
+        CapacityMeter::default(),
+        WireClock::default(),
+    );
+    let config = config_at(&endpoint())
+        .interceptor(counter.clone())
+        .interceptor(meter.clone())
+        .interceptor(wire.clone())
+        .build();
+    (Client::from_conf(config), counter, meter, wire)
 }
 
 fn config_at(endpoint: &str) -> aws_sdk_dynamodb::config::Builder {

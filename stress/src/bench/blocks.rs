@@ -79,6 +79,10 @@ pub struct Phase {
     /// The phase's wall-clock time (for blocks merged, the sum of theirs: the time the side
     /// was running, without the other side's blocks in between).
     pub wall_s: f64,
+    /// Each call's time on the wire (`tollgate_tests::counting::WireClock`), in the order of
+    /// `lat_ms`, where a part measures it (the floor); empty elsewhere.
+    #[serde(default)]
+    pub wire_ms: Vec<f64>,
 }
 
 /// What the report shows of a phase.
@@ -109,6 +113,7 @@ impl Phase {
     /// Adds `other`'s latencies, requests, capacity and time to this phase's.
     pub fn merge(&mut self, other: &Phase) {
         self.lat_ms.extend_from_slice(&other.lat_ms);
+        self.wire_ms.extend_from_slice(&other.wire_ms);
         for (op, count) in &other.requests {
             *self.requests.entry(op.clone()).or_default() += count;
         }
@@ -245,6 +250,7 @@ mod tests {
             requests: BTreeMap::from([(op.to_string(), lat.len())]),
             capacity,
             wall_s: 1.0,
+            wire_ms: Vec::new(),
         }
     }
 

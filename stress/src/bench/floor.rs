@@ -24,6 +24,11 @@
 //! request is the transaction (the configuration the goal is about: the guards' own work), and
 //! with its two layers counting (`ip` and `client`, limits far above the traffic), whose
 //! `UpdateItem`s part 2 measures on their own; the second carries no goal.
+//!
+//! Each request's latency is also split at the side's DynamoDB client ([`Split`]): the time on
+//! the wire, clocked by an SDK interceptor, and the side's own time around it, so the report
+//! shows whether an overhead is the guards' work in this process or something DynamoDB Local
+//! does differently with the guarded side's requests.
 
 use std::time::{Instant, SystemTime};
 
@@ -33,7 +38,7 @@ use aws_sdk_dynamodb::types::{
 use serde::Serialize;
 use tollgate::config::Env;
 use tollgate_tests::capacity::CapacityMeter;
-use tollgate_tests::counting::RequestCounter;
+use tollgate_tests::counting::{RequestCounter, WireClock};
 use tollgate_tests::dynamo::{self, Tables};
 use tollgate_tests::events::Event;
 use transfer::App;
@@ -86,8 +91,45 @@ pub struct Config {
     /// The same medians over the pairs where the guarded block ran first (`a_first`) and over
     /// those where the bare one did (`b_first`).
     pub by_order: ByOrder,
+    /// Where each side's time goes, medians over every round's requests.
+    pub split: Split,
     /// The goal, for the configuration it is about (layers off); `None` for the other.
     pub goal_met: Option<bool>,
+}
+
+/// Each side's latency split in two, as medians (ms): on the wire (from the DynamoDB client's
+/// hand-over of a request to its HTTP client until the answer is read and deserialized, every
+/// request of the call summed: [`WireClock`]) and its own (the rest: everything the side does
+/// in this process around its DynamoDB calls). The wire halves differ only by what DynamoDB
+/// Local and the connection do with the same transaction; the overhead the goal is about is in
+/// the own halves.
+#[derive(Debug, Serialize)]
+pub struct Split {
+    pub guarded_own: f64,
+    pub guarded_wire: f64,
+    pub bare_own: f64,
+    pub bare_wire: f64,
+}
+
+impl Split {
+    fn of(guarded: &Phase, bare: &Phase) -> Self {
+        let own = |p: &Phase| {
+            let own: Vec<f64> = p
+                .lat_ms
+                .iter()
+                .zip(&p.wire_ms)
+                .map(|(l, w)| l - w)
+                .collect();
+            Quantiles::of(&own).median
+        };
+        let wire = |p: &Phase| Quantiles::of(&p.wire_ms).median;
+        Self {
+            guarded_own: own(guarded),
+            guarded_wire: wire(guarded),
+            bare_own: own(bare),
+            bare_wire: wire(bare),
+        }
+    }
 }
 
 /// The floor's figures.
@@ -144,6 +186,11 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
             median(&guarded),
             median(&bare)
         );
+        let split = Split::of(&guarded, &bare);
+        println!(
+            "floor ({limits}): own time median guarded {:.3} ms, bare {:.3} ms; wire median guarded {:.3} ms, bare {:.3} ms",
+            split.guarded_own, split.bare_own, split.guarded_wire, split.bare_wire
+        );
         configs.push(Config {
             variable: transfer_app::LIMITS_VARIABLE,
             limits: limits.to_string(),
@@ -153,6 +200,7 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
             ratio,
             rounds,
             by_order: blocks.by_order(),
+            split,
             goal_met: (!counting).then_some(ratio <= GOAL_RATIO),
         });
     }
@@ -168,9 +216,9 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
 /// Both sides over one set of tables, one client and one pair of accounts.
 struct Sides {
     app: App,
-    guarded: (RequestCounter, CapacityMeter),
+    guarded: (RequestCounter, CapacityMeter, WireClock),
     bare_ddb: aws_sdk_dynamodb::Client,
-    bare: (RequestCounter, CapacityMeter),
+    bare: (RequestCounter, CapacityMeter, WireClock),
     client_id: String,
     authorization: String,
     from: String,
@@ -181,7 +229,7 @@ struct Sides {
 
 impl Sides {
     async fn setup(limits: &str) -> Result<Self, BenchError> {
-        let (ddb, counter, meter) = dynamo::metered_client();
+        let (ddb, counter, meter, wire) = dynamo::metered_clocked_client();
         let (direct, _) = dynamo::client();
         let tables = Tables::create(&direct).await;
         let mut env = Env::from_pairs(tables.env_pairs());
@@ -193,12 +241,12 @@ impl Sides {
         let body =
             serde_json::json!({"from": from, "to": to, "amount": AMOUNT, "memo": MEMO}).to_string();
         let fingerprint = transfer_app::body_fingerprint(&body)?;
-        let (bare_ddb, bare_counter, bare_meter) = dynamo::metered_client();
+        let (bare_ddb, bare_counter, bare_meter, bare_wire) = dynamo::metered_clocked_client();
         Ok(Self {
             app,
-            guarded: (counter, meter),
+            guarded: (counter, meter, wire),
             bare_ddb,
-            bare: (bare_counter, bare_meter),
+            bare: (bare_counter, bare_meter, bare_wire),
             client_id,
             authorization: format!("Bearer {token}"),
             from,
@@ -210,10 +258,11 @@ impl Sides {
 
     /// `n` guarded transfers under keys `guarded-<tag>-<i>`; each must answer 201.
     async fn guarded(&self, tag: &str, n: usize) -> Result<Phase, BenchError> {
-        let (counter, meter) = &self.guarded;
+        let (counter, meter, clock) = &self.guarded;
         counter.reset();
         meter.reset();
         let mut lat = Vec::with_capacity(n);
+        let mut wire = Vec::with_capacity(n);
         let mut wrong = 0;
         let started = Instant::now();
         for i in 0..n {
@@ -223,9 +272,11 @@ impl Sides {
                 .header("content-type", "application/json")
                 .body(self.body.clone())
                 .request();
+            clock.take();
             let t = Instant::now();
             let status = transfer_app::handle(&self.app, req).await;
             lat.push(ms(t.elapsed()));
+            wire.push(ms(clock.take()));
             wrong += usize::from(status != 201);
         }
         if wrong > 0 {
@@ -238,19 +289,22 @@ impl Sides {
             requests: counter.snapshot().into_iter().collect(),
             capacity: meter.take(),
             wall_s: started.elapsed().as_secs_f64(),
+            wire_ms: wire,
         })
     }
 
     /// `n` bare transactions under keys `bare-<tag>-<i>`; each must commit.
     async fn bare(&self, tag: &str, n: usize) -> Result<Phase, BenchError> {
-        let (counter, meter) = &self.bare;
+        let (counter, meter, clock) = &self.bare;
         counter.reset();
         meter.reset();
         let mut lat = Vec::with_capacity(n);
+        let mut wire = Vec::with_capacity(n);
         let mut wrong = 0;
         let started = Instant::now();
         for i in 0..n {
             let key = format!("bare-{tag}-{i}");
+            clock.take();
             let t = Instant::now();
             let transfer_id = tollgate::ids::new_id("tr");
             let items = self.items(&key, &transfer_id)?;
@@ -262,6 +316,7 @@ impl Sides {
                 .send()
                 .await;
             lat.push(ms(t.elapsed()));
+            wire.push(ms(clock.take()));
             if let Err(e) = sent {
                 eprintln!("bare transaction failed: {e:?}");
                 wrong += 1;
@@ -277,6 +332,7 @@ impl Sides {
             requests: counter.snapshot().into_iter().collect(),
             capacity: meter.take(),
             wall_s: started.elapsed().as_secs_f64(),
+            wire_ms: wire,
         })
     }
 
