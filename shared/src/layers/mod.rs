@@ -41,6 +41,13 @@
 //! preflight to no route, or from an origin not listed, like any other `OPTIONS`: a 405 that
 //! spends nothing), and it accepts a request with several `Origin` fields by their first one
 //! (ours treats it as not listed).
+//!
+//! Each layer's future is allocated and moved once per request, and an async function's future
+//! is as large as its largest await: an AWS SDK request's future is kilobytes. So a guard whose
+//! DynamoDB or SSM call is rare (a cache refill: the kill switch's read, a secret's fetch) boxes
+//! that call, and the futures every request pays for stay under a kilobyte (a test measures
+//! them); [`handler_fn`] makes the handler's future inside its own box. A guard of your own
+//! ([`Guard`]) should do the same with its rare calls.
 
 mod address;
 mod check;
