@@ -29,7 +29,8 @@ use super::{IdempotencyError, IdempotencyStore};
 /// An entry lives no longer than the caller says (the refusal's own lifetime in the block
 /// cache): a key found absent may gain its record later (its first request admitted by another
 /// process, or a replica that had not caught up), and the retry must then find it. Bounded: at
-/// capacity the entry expiring soonest makes room; capacity 0 keeps nothing.
+/// capacity the entries expiring soonest make room (see [`crate::expiring`]); capacity 0 keeps
+/// nothing.
 #[derive(Debug)]
 pub struct AbsentKeys(Expiring<()>);
 

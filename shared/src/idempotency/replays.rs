@@ -36,7 +36,8 @@ impl ReplayCache {
     }
 
     /// Keeps a completed record (the scope's `pk`; `expires_at` in seconds, as stored) until it
-    /// expires. At capacity, expired copies go first, then the one expiring soonest.
+    /// expires. At capacity, expired copies go first, then those expiring soonest (an eighth of
+    /// the capacity at once: see [`crate::expiring`]).
     pub fn insert(
         &self,
         pk: &str,

@@ -3,7 +3,8 @@
 //!
 //! A flood against a full key would otherwise cost one (failing) conditional write per request.
 //! The cache is per process and bounded: it is pruned of ended entries whenever it is written,
-//! and at capacity the entry that ends soonest makes room. `max_age` (a few seconds) bounds how
+//! and at capacity the entries that end soonest make room (an eighth at once: see
+//! [`crate::expiring`]). `max_age` (a few seconds) bounds how
 //! long an operator's `tollgate limits reset` takes to reach warm instances; meanwhile a flood
 //! costs one write per key per `max_age` per instance.
 
@@ -106,7 +107,7 @@ mod tests {
             cache.insert(format!("k{i}"), rejection(60_000 + i, 1_000));
             assert!(cache.len() <= 3);
         }
-        // The newest keys survive; the one reopening soonest made room.
+        // The newest keys survive; those reopening soonest made room.
         assert!(cache.get("k99", 1_000).is_some());
         assert!(cache.get("k0", 1_000).is_none());
     }
