@@ -38,27 +38,29 @@ pub fn client_at(endpoint: &str) -> (Client, RequestCounter) {
 /// A client for DynamoDB Local that counts what it sends and asks every request for the
 /// capacity it consumed ([`CapacityMeter`]): for the bench's capacity figures.
 pub fn metered_client() -> (Client, RequestCounter, CapacityMeter) {
-    let (counter, meter) = (RequestCounter::default(), CapacityMeter::default());
-    let config = config_at(&endpoint())
-        .interceptor(counter.clone())
-        .interceptor(meter.clone())
-        .build();
-    (Client::from_conf(config), counter, meter)
+    let (config, counter, meter) = metered_config();
+    (Client::from_conf(config.build()), counter, meter)
 }
 
 /// [`metered_client`] whose requests' time on the wire is also clocked.
 pub fn metered_clocked_client() -> (Client, RequestCounter, CapacityMeter, WireClock) {
-    let (counter, meter, wire) = (
-        RequestCounter::default(),
-        CapacityMeter::default(),
-        WireClock::default(),
-    );
+    let (config, counter, meter) = metered_config();
+    let wire = WireClock::default();
+    let config = config.interceptor(wire.clone()).build();
+    (Client::from_conf(config), counter, meter, wire)
+}
+
+/// The configuration of [`metered_client`], with its counter and meter.
+fn metered_config() -> (
+    aws_sdk_dynamodb::config::Builder,
+    RequestCounter,
+    CapacityMeter,
+) {
+    let (counter, meter) = (RequestCounter::default(), CapacityMeter::default());
     let config = config_at(&endpoint())
         .interceptor(counter.clone())
-        .interceptor(meter.clone())
-        .interceptor(wire.clone())
-        .build();
-    (Client::from_conf(config), counter, meter, wire)
+        .interceptor(meter.clone());
+    (config, counter, meter)
 }
 
 fn config_at(endpoint: &str) -> aws_sdk_dynamodb::config::Builder {

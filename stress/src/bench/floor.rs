@@ -14,8 +14,9 @@
 //! - **Bare**: the four items built as the ledger builds them (the idempotency record's `Put`
 //!   by the library's own `completed_put`, so both sides write the same item under the same
 //!   condition, but for the marker naming the writing call that the guarded side's record also
-//!   carries, to recognise its own commit after a lost answer; debit, credit and transfer record as `functions/transfer/src/ledger/
-//!   transaction.rs` writes them), on the same tables and accounts, under a new key and
+//!   carries, to recognise its own commit after a lost answer; debit, credit and transfer
+//!   record as `functions/transfer/src/ledger/transaction.rs` writes them), on the same
+//!   tables and accounts, under a new key and
 //!   transfer id each time, sent as one `TransactWriteItems` with a `ClientRequestToken` as
 //!   the ledger sends it. Building the items is inside the clock, as it is in a handler.
 //!
