@@ -37,8 +37,9 @@ pub use output::Output;
 /// Operate the Tollgate functions' state: clients, accounts, kill switches, rate-limit counters,
 /// idempotency records and local tables.
 ///
-/// Finds the local stack through .dev/stack.json (this directory or a parent); otherwise uses
-/// the same environment as the functions (AWS credentials and region, DYNAMODB_ENDPOINT, table
+/// Finds the local stack through .dev/stack.json (this directory or a parent), else the stack
+/// `cargo xtask deploy` recorded in .dev/deployed.json (its region, profile and table names);
+/// otherwise uses the same environment as the functions (AWS credentials and region, DYNAMODB_ENDPOINT, table
 /// name variables such as CLIENTS_TABLE; TRANSFER_IDEMPOTENCY_TABLE and
 /// SESSION_IDEMPOTENCY_TABLE name the two idempotency tables). Rate limits are not taken from
 /// that environment but from what each function published in the control table (or --limits).
@@ -126,24 +127,40 @@ where
         Ok(cli) => cli,
         Err(e) => return Output::clap(e),
     };
-    match execute(ctx, &cli).await {
-        Ok(reply) => Output::reply(reply, cli.json),
-        Err(e) => Output::error(&e),
-    }
-}
-
-async fn execute(ctx: &Context, cli: &Cli) -> Result<output::Reply, CliError> {
     // Facts of the code, not of a stack: no stack file or DynamoDB needed.
     if let Command::Catalog = cli.command {
-        return Ok(cmd::catalog::run());
+        return Output::reply(cmd::catalog::run(), cli.json);
     }
-    let target = connect::resolve(&ctx.env, &ctx.cwd, cli.stack_file.as_deref())?;
+    let target = match connect::resolve(&ctx.env, &ctx.cwd, cli.stack_file.as_deref()) {
+        Ok(target) => target,
+        Err(e) => return Output::error(&e),
+    };
+    let mut output = match execute(ctx, &cli, &target).await {
+        Ok(reply) => Output::reply(reply, cli.json),
+        Err(e) => Output::error(&e),
+    };
+    // Real money may be behind a deployed stack: say which one, before anything else.
+    if let connect::Target::Deployed(d) = &target {
+        output.stderr.insert_str(0, &d.describe());
+    }
+    output
+}
+
+async fn execute(
+    ctx: &Context,
+    cli: &Cli,
+    target: &connect::Target,
+) -> Result<output::Reply, CliError> {
+    let env = match target {
+        connect::Target::Deployed(d) => d.env(&ctx.env),
+        _ => ctx.env.clone(),
+    };
     let deps = cmd::Deps {
-        ddb: connect::dynamodb(&target, &ctx.env).await,
-        env: &ctx.env,
+        ddb: connect::dynamodb(target, &env).await,
+        env: &env,
         clock: ctx.clock.clone(),
         cwd: &ctx.cwd,
-        target: &target,
+        target,
     };
     match &cli.command {
         Command::Clients(c) => cmd::clients::run(c, &deps).await,

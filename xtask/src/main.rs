@@ -6,13 +6,14 @@
 //! One module per command: [`setup`] (the system prerequisites, then pinned tools into the
 //! cache dir), [`dynamodb_local`] (DynamoDB Local from its jar, and `cargo xtask dynamodb`),
 //! [`dev`] (the local stack and its `.dev/stack.json`, with [`front`] before the functions:
-//! requests as API Gateway presents them), [`test`] (the whole check CI runs) and [`browser`] (the web client's
+//! requests as API Gateway presents them), [`test`] (the whole check CI runs), [`deploy`] (the stack on AWS, recorded for the CLI) and [`browser`] (the web client's
 //! checks and `screenshots`). Beneath them: [`processes`] (helper process trees that stop
 //! without leftovers), [`lock`] (one `dev` per state directory), [`signal`] (Ctrl-C recorded,
 //! not fatal) and [`util`] (paths, commands, probes). `replay`, `drill` and `bench` run the
 //! `tollgate-stress` harness ([`stress`], with the bench's Python venvs).
 
 mod browser;
+mod deploy;
 mod dev;
 mod dynamodb_local;
 mod front;
@@ -60,6 +61,10 @@ enum Cmd {
     /// against a fresh DynamoDB Local, the web client's checks, then e2e, browser, a
     /// 2,000-request replay and the short drills
     Test(test::Args),
+    /// The stack on AWS: sam build, the SSM parameters checked, sam deploy, the page uploaded and
+    /// invalidated, the URLs printed and the outputs recorded in .dev/deployed.json for the
+    /// `tollgate` CLI (the first time asks four questions)
+    Deploy(deploy::Args),
     /// The browser tests, keeping a picture of the demo page in each state in docs/screenshots/
     Screenshots,
     /// A day of hostile transfer traffic through the functions, with DynamoDB faults and process
@@ -93,6 +98,7 @@ fn main() -> ExitCode {
         Cmd::Dynamodb(args) => dynamodb_local::run(args),
         Cmd::Dev(args) => dev::run(args),
         Cmd::Test(args) => test::run(args),
+        Cmd::Deploy(args) => deploy::run(args),
         Cmd::Screenshots => browser::screenshots(),
         Cmd::Replay(passed) => stress::run("replay", &passed.args),
         Cmd::Drill(passed) => stress::run("drill", &passed.args),

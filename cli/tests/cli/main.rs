@@ -11,6 +11,7 @@
 
 mod accounts;
 mod catalog;
+mod deployed;
 mod errors;
 mod harness;
 mod idempotency;
