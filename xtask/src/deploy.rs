@@ -32,7 +32,6 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, IsTerminal, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -401,13 +400,7 @@ struct PrivateFile(PathBuf);
 impl PrivateFile {
     fn write(path: &Path, text: &str) -> Result<Self> {
         fs::create_dir_all(path.parent().ok_or("no parent")?)?;
-        let _ = fs::remove_file(path);
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)?;
-        file.write_all(text.as_bytes())?;
+        util::write_private(path, text)?;
         Ok(Self(path.to_path_buf()))
     }
 }

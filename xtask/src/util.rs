@@ -283,3 +283,20 @@ pub fn unix_now() -> u64 {
         .unwrap_or_default()
         .as_secs()
 }
+
+/// Writes a file only the owner can read (it holds tokens), atomically, so
+/// a reader never sees half of it.
+pub fn write_private(path: &Path, text: &str) -> Result {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true).mode(0o600);
+    let mut file = options
+        .open(&tmp)
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    file.write_all(text.as_bytes())?;
+    drop(file);
+    fs::rename(&tmp, path)?;
+    Ok(())
+}
