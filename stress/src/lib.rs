@@ -23,6 +23,7 @@ pub mod bench;
 pub mod drill;
 pub mod lambda;
 pub mod limits;
+pub mod plot;
 pub mod replay;
 pub mod report;
 pub mod stack;

@@ -88,6 +88,7 @@ pub struct Phase {
 /// What the report shows of a phase.
 #[derive(Debug, Serialize)]
 pub struct PhaseFigures {
+    pub calls: usize,
     pub requests_per_call: f64,
     /// `(operation, requests)`, by name.
     pub operations: Vec<(String, usize)>,
@@ -102,6 +103,7 @@ impl Phase {
     pub fn figures(&self, reference: &Phase) -> PhaseFigures {
         let calls = self.lat_ms.len();
         PhaseFigures {
+            calls,
             requests_per_call: self.requests.values().sum::<usize>() as f64 / calls.max(1) as f64,
             operations: self.requests.clone().into_iter().collect(),
             latency: Quantiles::of(&self.lat_ms),

@@ -30,6 +30,7 @@ mod cost;
 mod floor;
 mod idempotency;
 mod limiter;
+mod pictures;
 mod report;
 mod transfer_app;
 
@@ -154,6 +155,8 @@ pub enum BenchError {
         #[from]
         error: minijinja::Error,
     },
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -238,6 +241,10 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
     let text = report::render(&figures)?;
     match report_path {
         Some(path) => {
+            let dir = path.parent().unwrap_or(std::path::Path::new("."));
+            for drawn in pictures::draw(&figures, dir)? {
+                println!("picture drawn: {}", drawn.display());
+            }
             std::fs::write(&path, &text).map_err(BenchError::io(path.display()))?;
             println!("report written to {}", path.display());
         }

@@ -220,14 +220,18 @@ struct Findings {
 
 /// A burst across a window boundary: the limit's worth just before it and again just after.
 #[derive(Serialize)]
-struct Burst {
-    phase: &'static str,
-    limit: String,
+pub(super) struct Burst {
+    pub(super) phase: &'static str,
+    pub(super) limit: String,
     before: usize,
     after: usize,
     /// From the first request sent to the last answer.
     span_ms: u64,
-    bound: usize,
+    pub(super) bound: usize,
+    /// Admissions so far at each answer, by when it arrived (ms from the window boundary):
+    /// the picture's line.
+    #[serde(skip)]
+    pub(super) timeline: Vec<(f64, usize)>,
 }
 
 /// One window of the reconnect loop.
@@ -668,6 +672,14 @@ impl Drill<'_> {
                 statuses(&before.iter().chain(&after).cloned().collect::<Vec<_>>())
             ));
         }
+        let boundary = (start + w) as f64;
+        let mut answers: Vec<&&Outcome> = all.iter().collect();
+        answers.sort_by_key(|o| o.done_ms);
+        let mut timeline = vec![(first as f64 - boundary, 0)];
+        for o in answers {
+            let so_far = timeline.last().map_or(0, |t| t.1) + usize::from(o.admitted());
+            timeline.push((o.done_ms as f64 - boundary, so_far));
+        }
         self.f.bursts.push(Burst {
             phase,
             limit: format!("ip={limit}{}", if sliding { ":sliding" } else { "" }),
@@ -675,6 +687,7 @@ impl Drill<'_> {
             after: a,
             span_ms: last.saturating_sub(first),
             bound,
+            timeline,
         });
     }
 
@@ -847,7 +860,7 @@ pub struct Figures {
     short: bool,
     limits: limits::Limits,
     sliding: limits::Limits,
-    bursts: Vec<Burst>,
+    pub(super) bursts: Vec<Burst>,
     concurrency: usize,
     on_s: String,
     total_s: String,
@@ -856,17 +869,17 @@ pub struct Figures {
     window_s: u64,
     session_ip: u32,
     windows: Vec<Window>,
-    costs: Vec<CostRow>,
+    pub(super) costs: Vec<CostRow>,
     /// DynamoDB requests per `client`-layer rejection with and without the block cache.
     client_cost: Option<(String, String)>,
 }
 
 #[derive(Serialize)]
-struct CostRow {
-    phase: &'static str,
-    drill: String,
-    rejected: usize,
-    total: usize,
+pub(super) struct CostRow {
+    pub(super) phase: &'static str,
+    pub(super) drill: String,
+    pub(super) rejected: usize,
+    pub(super) total: usize,
     per: String,
     by_op: String,
 }

@@ -13,6 +13,7 @@
 //! window boundary is drilled too ([`drills`]; the report's prose is `templates/drill.md`).
 
 mod drills;
+mod pictures;
 
 use std::path::PathBuf;
 
@@ -110,14 +111,21 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     };
     let figures = drills::run(&settings, &target, &proxy, restart).await;
 
+    let report = o
+        .report
+        .or_else(|| (!o.short).then(|| crate::workspace_root().join("docs/drill.md")));
     crate::report::publish(
         "drill.md",
         include_str!("../../templates/drill.md"),
         &figures,
-        o.report
-            .or_else(|| (!o.short).then(|| crate::workspace_root().join("docs/drill.md")))
-            .as_deref(),
+        report.as_deref(),
     )?;
+    // Beside the report, from the same figures: only a run that writes one draws them.
+    if let Some(dir) = report.as_deref().and_then(std::path::Path::parent) {
+        for drawn in pictures::draw(&figures, dir)? {
+            eprintln!("drill: picture drawn: {}", drawn.display());
+        }
+    }
     let violations = figures.violations.len();
     stack.stop(violations > 0).await;
     if violations > 0 {
