@@ -7,7 +7,7 @@ use tollgate_functions::catalog;
 
 /// `ephemeral-key`'s and `transfer`'s limits, with the variables that carry them (for the
 /// report's prose: `{{ limits.session_variable }}={{ limits.session }}`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Limits {
     pub session: String,
     pub transfer: String,

@@ -1,23 +1,27 @@
-//! What Schemathesis writes, as far as part 4 reads it: the JSON summary (`--report json`) and
-//! the NDJSON event stream (`--report ndjson`), whose `ScenarioFinished` events carry each
-//! scenario's recorder (cases, interactions, checks). Every field is optional or defaulted:
-//! a field a later Schemathesis drops must not turn into a parse failure of the whole run, only
-//! into a smaller report.
+//! Schemathesis' own reports, as far as part 4 reads them: the JSON run report (the verdict,
+//! the test cases, Schemathesis' summary of failures) and the NDJSON events, whose
+//! `ScenarioFinished` events carry each scenario's recorder (cases, interactions, checks).
+//! Every field is optional or defaulted: a field a later Schemathesis drops must not turn
+//! into a parse failure of the whole run, only into a smaller report.
 
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use serde::Deserialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
-/// The JSON summary of one run.
+/// The JSON run report (`[reports.json]`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct Summary {
+pub struct RunReport {
     pub complete: bool,
-    pub stop_reason: Option<String>,
+    pub stop_reason: String,
+    /// How Schemathesis was invoked, sanitized.
+    pub command: String,
+    pub seed: Option<u64>,
+    pub exit_code: i32,
     pub test_cases: TestCases,
-    pub errors: Vec<SummaryError>,
+    pub failures: Vec<FailureGroup>,
+    pub errors: Vec<ErrorGroup>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -26,9 +30,19 @@ pub struct TestCases {
     pub generated: u64,
 }
 
+/// Schemathesis' failures of one kind (its title), over the run.
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct FailureGroup {
+    pub code: String,
+    pub title: String,
+    pub count: u64,
+    pub operations: Vec<String>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct SummaryError {
+pub struct ErrorGroup {
     pub title: String,
     pub count: u64,
 }
@@ -68,6 +82,8 @@ pub struct ScenarioFinished {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Recorder {
+    /// The operation (`METHOD /path`), or a name such as `Stateful tests`.
+    pub label: String,
     pub cases: BTreeMap<String, CaseNode>,
     pub interactions: BTreeMap<String, Interaction>,
     pub checks: BTreeMap<String, Vec<Check>>,
@@ -76,21 +92,21 @@ pub struct Recorder {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct CaseNode {
-    pub value: Option<Case>,
+    pub value: Case,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Case {
-    pub method: Option<String>,
-    pub path: Option<String>,
+    pub method: String,
+    pub path: String,
     pub meta: Option<CaseMeta>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct CaseMeta {
-    pub phase: Option<Named>,
+    pub phase: Named,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -121,7 +137,7 @@ pub struct Request {
 pub struct Response {
     pub status_code: Option<u16>,
     /// Names as received; values are not read.
-    pub headers: BTreeMap<String, Value>,
+    pub headers: BTreeMap<String, serde_json::Value>,
     pub content: Option<Payload>,
 }
 
@@ -143,16 +159,20 @@ impl Payload {
 }
 
 impl Response {
-    pub fn has_request_id(&self) -> bool {
+    /// Whether a function answered: every function response carries `X-Request-Id`.
+    pub fn is_from_function(&self) -> bool {
         self.headers
             .keys()
             .any(|name| name.eq_ignore_ascii_case("x-request-id"))
     }
 
-    pub fn body(&self) -> Vec<u8> {
+    /// The problem+json fields part 4 reports, when a function answered with one.
+    pub fn problem(&self) -> Problem {
         self.content
             .as_ref()
             .and_then(Payload::bytes)
+            .filter(|_| self.is_from_function())
+            .and_then(|body| serde_json::from_slice(&body).ok())
             .unwrap_or_default()
     }
 }
@@ -171,16 +191,14 @@ pub struct FailureInfo {
     pub failure: Failure,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Failure {
-    pub code: Option<String>,
-    pub title: Option<String>,
-    pub message: Option<String>,
-    pub operation: Option<String>,
+    pub code: String,
+    pub title: String,
+    pub message: String,
 }
 
-/// The problem+json fields part 4 reports.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Problem {
@@ -194,22 +212,24 @@ mod tests {
 
     #[test]
     fn reads_a_recorded_scenario() {
-        let line = r#"{"ScenarioFinished": {"recorder": {
+        let line = r#"{"ScenarioFinished": {"recorder": {"label": "POST /session",
             "cases": {"c1": {"value": {"method": "POST", "path": "/session", "meta": {"phase": {"name": "coverage"}}}}},
             "interactions": {"c1": {"request": {"method": "POST", "uri": "http://x/session", "headers": {"A": ["b"]}, "body": {"$base64": "e30="}},
                                     "response": {"status_code": 400, "headers": {"X-Request-Id": ["r"]}, "content": {"$base64": "eyJjb2RlIjoiaW52YWxpZF9yZXF1ZXN0In0="}}}},
             "checks": {"c1": [{"name": "not_a_server_error", "status": "success"}]},
             "unknown": 1}}}"#;
         let event: Event = serde_json::from_str(line).unwrap();
-        let recorder = event.scenario_finished.unwrap().recorder;
-        let interaction = &recorder.interactions["c1"];
-        let request = interaction.request.as_ref().unwrap();
-        assert_eq!(request.body.as_ref().unwrap().bytes().unwrap(), b"{}");
-        let response = interaction.response.as_ref().unwrap();
-        assert!(response.has_request_id());
-        let problem: Problem = serde_json::from_slice(&response.body()).unwrap();
-        assert_eq!(problem.code.as_deref(), Some("invalid_request"));
+        let mut recorder = event.scenario_finished.unwrap().recorder;
+        assert_eq!(recorder.label, "POST /session");
         assert_eq!(recorder.checks["c1"][0].name, "not_a_server_error");
+        let interaction = recorder.interactions.remove("c1").unwrap();
+        let request = interaction.request.unwrap();
+        assert_eq!(request.body.unwrap().bytes().unwrap(), b"{}");
+        let mut response = interaction.response.unwrap();
+        assert_eq!(response.problem().code.as_deref(), Some("invalid_request"));
+        // The front's own answers (no `X-Request-Id`) have no problem of ours.
+        response.headers.clear();
+        assert_eq!(response.problem().code, None);
         let other: Event = serde_json::from_str(r#"{"Initialize": {}}"#).unwrap();
         assert!(other.scenario_finished.is_none());
     }
