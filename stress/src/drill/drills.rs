@@ -67,22 +67,18 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// A small deterministic generator (splitmix64): random tokens, ports, addresses.
-struct Rng(u64);
+/// Random tokens, ports and addresses, from `fastrand`'s generator seeded with the start time.
+struct Rng(fastrand::Rng);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.u64(..)
     }
     fn hex(&mut self) -> String {
         format!("{:016x}{:016x}", self.next(), self.next())
     }
     fn port(&mut self) -> u16 {
-        1024 + (self.next() % 60000) as u16
+        self.0.u16(1024..61024)
     }
     fn ipv4(&mut self) -> String {
         let n = self.next();
@@ -915,7 +911,7 @@ where
         stack: target,
         limits,
         proxy,
-        rng: Rng(now_ms()),
+        rng: Rng(fastrand::Rng::with_seed(now_ms())),
         f: Findings {
             rows: Vec::new(),
             costs: Vec::new(),

@@ -1,38 +1,35 @@
 //! The day's traffic, generated from the seed: who sends what, under which key, and what the log
 //! therefore calls for. Nothing here depends on timing; what the run does with it does.
 
-/// SplitMix64: small, seedable, and the same everywhere.
+/// The day's generator: `fastrand`'s (wyrand), seeded, so a seed gives the same day everywhere;
+/// with the few draws the plan needs.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(fastrand::Rng);
 
 impl Rng {
     /// An independent stream for one purpose (traffic, faults, kills).
     pub fn fork(seed: u64, stream: u64) -> Self {
-        let mut r = Self(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F));
-        r.next();
-        r
+        Self(fastrand::Rng::with_seed(
+            seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F),
+        ))
     }
 
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.u64(..)
     }
 
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.u64(..n)
     }
 
     /// Uniform in `lo..=hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
+        self.0.u64(lo..=hi)
     }
 
     pub fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+        self.0.f64() < p
     }
 
     /// An index chosen by weight.

@@ -82,18 +82,6 @@ async fn across_a_boundary_fixed_admits_twice_its_limit_in_two_seconds_sliding_o
     }
 }
 
-/// A small deterministic generator (xorshift), so the traffic is the same on every run.
-struct Traffic(u64);
-
-impl Traffic {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
-
 /// The most admissions in any closed span `[t - window, t]`.
 fn busiest_span(admitted: &[u64], window: u64) -> usize {
     admitted
@@ -117,13 +105,15 @@ async fn a_sliding_layer_admits_at_most_its_limit_in_any_span_of_one_window() {
         let s = setup().await;
         let limiter = s.limiter(10_000);
         let limit: RateLimit = spec.parse().unwrap();
-        let mut traffic = Traffic(0x9e37_79b9_7f4a_7c15);
+        // Seeded, so the traffic is the same on every run.
+        let mut traffic = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
         let mut admitted = Vec::new();
         s.clock.set(MINUTE_0);
         while s.clock.now_ms() < MINUTE_0 + 6 * MINUTE {
             // A pause of up to 20 s, then a burst of up to 12 requests 100 ms apart.
-            s.clock.advance(Duration::from_millis(traffic.next(20_000)));
-            for _ in 0..=traffic.next(12) {
+            s.clock
+                .advance(Duration::from_millis(traffic.u64(..20_000)));
+            for _ in 0..=traffic.u64(..12) {
                 if check(&limiter, &limit, "192.0.2.2").await.0 {
                     admitted.push(s.clock.now_ms());
                 }
