@@ -17,12 +17,12 @@ use secrecy::ExposeSecret;
 use tollgate::clock::SystemClock;
 use tollgate::config::Env;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Function as _;
+use tollgate_functions::serve::GuardedFunction as _;
 use tollgate_tests::dynamo::{self, Tables};
 use tollgate_tests::fault_proxy::FaultProxy;
 use tollgate_tests::openai::{Answer, OpenAiStandIn};
 
-use crate::lambda::{self, Function, FunctionSpec};
+use crate::lambda::{self, Pool, PoolSpec};
 
 /// The invocation timeout the functions run with (the drivers' own timeouts are shorter or
 /// equal).
@@ -47,7 +47,7 @@ pub struct Options<'a> {
 }
 
 /// A running stack.
-pub struct Stack {
+pub struct HarnessStack {
     /// DynamoDB Local, directly (not through the proxy): setup and reconciliation.
     pub ddb: Client,
     /// Between the functions and DynamoDB Local; `None` without [`Options::fault_proxy`].
@@ -55,8 +55,8 @@ pub struct Stack {
     pub tables: Tables,
     /// The functions' `INTERNAL_TOKEN`, random for the run.
     pub internal_token: String,
-    pub transfer: Arc<Function>,
-    pub ephemeral_key: Option<Arc<Function>>,
+    pub transfer: Arc<Pool>,
+    pub ephemeral_key: Option<Arc<Pool>>,
     /// The functions' logs (one file per function).
     pub logs: PathBuf,
     _openai: Option<OpenAiStandIn>,
@@ -96,8 +96,8 @@ pub fn random_hex(n: usize) -> Result<String, Error> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-impl Stack {
-    pub async fn start(o: Options<'_>) -> Result<Stack, Error> {
+impl HarnessStack {
+    pub async fn start(o: Options<'_>) -> Result<HarnessStack, Error> {
         let upstream = dynamo::endpoint();
         let (ddb, _) = dynamo::client_at(&upstream);
         let tables = Tables::create(&ddb).await;
@@ -140,12 +140,12 @@ impl Stack {
             None
         };
         env.extend(o.env);
-        let spec = |name: &str| -> Result<FunctionSpec, Error> {
+        let spec = |name: &str| -> Result<PoolSpec, Error> {
             let binary = o.bin_dir.join(name);
             if !binary.is_file() {
                 return Err(Error::NoBinary(binary.display().to_string()));
             }
-            Ok(FunctionSpec {
+            Ok(PoolSpec {
                 name: name.to_string(),
                 binary,
                 env: env.clone(),
@@ -153,12 +153,12 @@ impl Stack {
                 timeout: INVOCATION_TIMEOUT,
             })
         };
-        let transfer = Function::start(spec(catalog::TRANSFER.name)?, o.transfer_instances).await?;
+        let transfer = Pool::start(spec(catalog::TRANSFER.name)?, o.transfer_instances).await?;
         let ephemeral_key = match o.session_instances {
-            Some(n) => Some(Function::start(spec(catalog::EPHEMERAL_KEY.name)?, n).await?),
+            Some(n) => Some(Pool::start(spec(catalog::EPHEMERAL_KEY.name)?, n).await?),
             None => None,
         };
-        Ok(Stack {
+        Ok(HarnessStack {
             ddb,
             proxy,
             tables,

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 /// What the tests need from the stack file (it holds more; serde skips the rest).
 #[derive(Debug, Clone, Deserialize)]
-pub struct Stack {
+pub struct StackFile {
     pub ephemeral_key_url: String,
     pub transfer_url: String,
     /// The page (its `/api` proxies to the functions), with a query for the page.
@@ -42,8 +42,8 @@ pub fn stack_file() -> PathBuf {
 }
 
 /// The stack, read once per test binary.
-pub fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
+pub fn stack() -> &'static StackFile {
+    static STACK: OnceLock<StackFile> = OnceLock::new();
     STACK.get_or_init(|| {
         let path = stack_file();
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
@@ -53,7 +53,7 @@ pub fn stack() -> &'static Stack {
                 path.display()
             )
         });
-        let stack: Stack = serde_json::from_str(&text)
+        let stack: StackFile = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("{} is not a stack file: {e}", path.display()));
         assert!(
             stack.demo.accounts.len() >= 2,

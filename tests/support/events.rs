@@ -1,9 +1,9 @@
 //! Lambda HTTP events, built as JSON and parsed by `lambda_http` itself, so tests go through the
 //! same request-context parsing as a deployed function.
 //!
-//! The one event builder of the workspace: the integration tests hand [`Event::request`] to a
-//! handler in process, and the stress harness (`tollgate-stress`) sends [`Event::to_json`] to
-//! function processes through its Lambda runtime API emulator ([`Event::from_http`] turns an
+//! The one event builder of the workspace: the integration tests hand [`HttpEvent::request`] to a
+//! handler in process, and the stress harness (`tollgate-stress`) sends [`HttpEvent::to_json`] to
+//! function processes through its Lambda runtime API emulator ([`HttpEvent::from_http`] turns an
 //! HTTP request into an event, as API Gateway does).
 
 use base64::Engine as _;
@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 /// An HTTP API (payload v2) / function URL event.
 #[derive(Debug, Clone)]
-pub struct Event {
+pub struct HttpEvent {
     method: String,
     path: String,
     query: String,
@@ -24,7 +24,7 @@ pub struct Event {
     request_id: String,
 }
 
-impl Event {
+impl HttpEvent {
     pub fn new(method: &str, path: &str) -> Self {
         Self {
             method: method.to_string(),
@@ -194,7 +194,7 @@ mod tests {
             .header("idempotency-key", "k1")
             .body(vec![0xff, 0x00, 0x41])
             .unwrap();
-        let parsed = Event::from_http(&req, "192.0.2.7").request();
+        let parsed = HttpEvent::from_http(&req, "192.0.2.7").request();
         assert_eq!(parsed.method(), "POST");
         assert_eq!(parsed.uri().path(), "/transfers");
         assert_eq!(parsed.query_string_parameters().first("dry"), Some("1"));
@@ -202,7 +202,7 @@ mod tests {
         assert_eq!(xff, ["198.51.100.1,198.51.100.2"]);
         assert_eq!(parsed.headers()["idempotency-key"], "k1");
         assert_eq!(parsed.body().as_ref(), &[0xff, 0x00, 0x41]);
-        let json = Event::from_http(&req, "192.0.2.7").to_json();
+        let json = HttpEvent::from_http(&req, "192.0.2.7").to_json();
         assert_eq!(json["requestContext"]["http"]["sourceIp"], "192.0.2.7");
     }
 }

@@ -5,11 +5,11 @@ use lambda_http::{Body, Request, Response};
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Function;
+use tollgate_functions::serve::GuardedFunction;
 
 use crate::counting::RequestCounter;
 use crate::dynamo::{self, Tables};
-use crate::events::Event;
+use crate::events::HttpEvent;
 use crate::manual_clock;
 use crate::openai::{Answer, OpenAiStandIn};
 use crate::ssm::SsmStandIn;
@@ -87,8 +87,8 @@ impl SessionHarness {
     }
 
     /// `POST /session` from an address, with an optional JSON body.
-    pub fn post(ip: &str, body: Option<&str>) -> Event {
-        let event = Event::post("/session").from_ip(ip);
+    pub fn post(ip: &str, body: Option<&str>) -> HttpEvent {
+        let event = HttpEvent::post("/session").from_ip(ip);
         match body {
             Some(b) => event.header("content-type", "application/json").body(b),
             None => event,

@@ -5,12 +5,12 @@ use secrecy::ExposeSecret;
 use tollgate::clock::ManualClock;
 use tollgate::config::Env;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Function;
+use tollgate_functions::serve::GuardedFunction;
 use transfer::App;
 
 use crate::counting::RequestCounter;
 use crate::dynamo::{self, Tables};
-use crate::events::Event;
+use crate::events::HttpEvent;
 use crate::manual_clock;
 
 /// One client's credentials.
@@ -106,7 +106,7 @@ impl TransferHarness {
 
     /// `POST /transfers` with a token, key and raw body.
     pub fn post(&self, client: &TestClient, key: &str, body: &str) -> Request {
-        Event::post("/transfers")
+        HttpEvent::post("/transfers")
             .header("authorization", &format!("Bearer {}", client.token))
             .header("idempotency-key", key)
             .header("content-type", "application/json")
@@ -126,7 +126,7 @@ impl TransferHarness {
     pub async fn get(&self, client: &TestClient, path: &str) -> Response<Body> {
         self.app
             .handle(
-                Event::get(path)
+                HttpEvent::get(path)
                     .header("authorization", &format!("Bearer {}", client.token))
                     .request(),
             )

@@ -415,11 +415,11 @@ fn outputs(tools: &Tools, d: &Deployed) -> Result<BTreeMap<String, String>> {
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct Stacks {
-        stacks: Vec<Stack>,
+        stacks: Vec<Described>,
     }
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
-    struct Stack {
+    struct Described {
         #[serde(default)]
         outputs: Vec<Output>,
     }

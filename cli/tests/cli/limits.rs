@@ -8,7 +8,7 @@ use tollgate::client_addr::ClientAddr;
 use tollgate::published_limits::LimitsRecord;
 use tollgate::ratelimit::{Admission, Layer, LimitCheck, RateLimiter, RateLimits};
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Function;
+use tollgate_functions::serve::GuardedFunction;
 use tollgate_tests::cli_args;
 
 use crate::harness::{keys, shared, TestCli};

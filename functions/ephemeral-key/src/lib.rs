@@ -29,7 +29,7 @@ use tollgate::layers::{
 };
 use tollgate::ratelimit::Layer;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::{Parts, Stack};
+use tollgate_functions::serve::{Parts, ServiceStack};
 use tower::util::MapRequestLayer;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -51,10 +51,10 @@ const SESSION: &str = "/session";
 pub struct App {
     pub gate: Arc<Gate>,
     pub sessions: Arc<Sessions>,
-    service: Stack,
+    service: ServiceStack,
 }
 
-impl tollgate_functions::serve::Function for App {
+impl tollgate_functions::serve::GuardedFunction for App {
     const FUNCTION: &'static catalog::Function = FUNCTION;
 
     fn build(parts: Parts<'_>) -> Result<Self, ConfigError> {
@@ -99,7 +99,7 @@ impl tollgate_functions::serve::Function for App {
         &self.gate
     }
 
-    fn service(&self) -> Stack {
+    fn service(&self) -> ServiceStack {
         self.service.clone()
     }
 }
@@ -119,13 +119,13 @@ fn methods(path: &str) -> Option<&'static str> {
 /// limits, the claim). The operator's kill-switch routes ignore the kill switch (an operator
 /// must be able to turn it off again) and the spend cap, and count every caller without the
 /// internal token in `ip` before refusing it, so guessing the token is limited too.
-fn stack(gate: &Arc<Gate>, sessions: &Arc<Sessions>) -> Stack {
+fn stack(gate: &Arc<Gate>, sessions: &Arc<Sessions>) -> ServiceStack {
     let session = {
         let (on_gate, on_sessions) = (gate.clone(), sessions.clone());
         let (cooling_gate, cooling) = (gate.clone(), sessions.clone());
         let parsing = sessions.clone();
         let store = &sessions.idempotency;
-        Stack::new(
+        ServiceStack::new(
             ServiceBuilder::new()
                 .layer(gate.kill_switch_layer())
                 .layer(gate.client_address_layer())
@@ -163,7 +163,7 @@ fn stack(gate: &Arc<Gate>, sessions: &Arc<Sessions>) -> Stack {
     };
     let internal = {
         let gate2 = gate.clone();
-        Stack::new(
+        ServiceStack::new(
             ServiceBuilder::new()
                 .layer(gate.client_address_layer())
                 .layer(
@@ -176,7 +176,7 @@ fn stack(gate: &Arc<Gate>, sessions: &Arc<Sessions>) -> Stack {
                 })),
         )
     };
-    Stack::new(
+    ServiceStack::new(
         ServiceBuilder::new()
             .layer(gate.respond_layer())
             .layer(gate.cors_layer(Methods(methods)))
@@ -198,7 +198,7 @@ mod tests {
 
     use tollgate::clock::ManualClock;
     use tollgate::config::Env;
-    use tollgate_functions::serve::Function;
+    use tollgate_functions::serve::GuardedFunction;
 
     use super::*;
 

@@ -31,7 +31,7 @@ use tollgate::ratelimit::Layer;
 use tollgate_functions::auth::{AuthenticateLayer, ClientId, KnownClient};
 use tollgate_functions::catalog;
 use tollgate_functions::clients::ClientStore;
-use tollgate_functions::serve::{Parts, Stack};
+use tollgate_functions::serve::{Parts, ServiceStack};
 use tower::ServiceBuilder;
 
 pub use crate::error::TransferError;
@@ -50,10 +50,10 @@ pub struct App {
     pub settings: Arc<TransferSettings>,
     pub clients: Arc<ClientStore>,
     pub ledger: Arc<Ledger>,
-    service: Stack,
+    service: ServiceStack,
 }
 
-impl tollgate_functions::serve::Function for App {
+impl tollgate_functions::serve::GuardedFunction for App {
     const FUNCTION: &'static catalog::Function = FUNCTION;
 
     fn build(parts: Parts<'_>) -> Result<Self, ConfigError> {
@@ -94,7 +94,7 @@ impl tollgate_functions::serve::Function for App {
         &self.gate
     }
 
-    fn service(&self) -> Stack {
+    fn service(&self) -> ServiceStack {
         self.service.clone()
     }
 }
@@ -103,10 +103,10 @@ impl tollgate_functions::serve::Function for App {
 /// preflight, are answered before the kill switch; the address is counted before the token is
 /// checked, so failed authentications are limited; the client's limits count only a verified
 /// client.
-fn stack(gate: &Gate, clients: &Arc<ClientStore>, routes: Routes) -> Stack {
+fn stack(gate: &Gate, clients: &Arc<ClientStore>, routes: Routes) -> ServiceStack {
     let known = KnownClient(clients.clone());
     let knows = known.clone();
-    Stack::new(
+    ServiceStack::new(
         ServiceBuilder::new()
             .layer(gate.respond_layer())
             .layer(gate.cors_layer(Methods(methods)))

@@ -1,6 +1,6 @@
 //! The Lambda entry point both functions share: read configuration, build clients once, publish
 //! the limits for the operator's CLI ([`tollgate::published_limits`]), serve;
-//! and the service stack each assembles from the guard crate's layers ([`Function::service`]).
+//! and the service stack each assembles from the guard crate's layers ([`GuardedFunction::service`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,10 +19,10 @@ use tollgate::problem::{ApiError, ClientError};
 use crate::catalog;
 
 /// A function's whole request path: its guards and its routes, as one service.
-pub type Stack = BoxCloneSyncService<Request, Response<Body>, Error>;
+pub type ServiceStack = BoxCloneSyncService<Request, Response<Body>, Error>;
 
 /// A function: built once per process from its environment, then asked to handle requests.
-pub trait Function: Send + Sync + Sized + 'static {
+pub trait GuardedFunction: Send + Sync + Sized + 'static {
     /// Its names in the catalog: the logical name (kill-switch key, rate-limit scope, metrics
     /// dimension) and its limits variable with their default.
     const FUNCTION: &'static catalog::Function;
@@ -32,7 +32,7 @@ pub trait Function: Send + Sync + Sized + 'static {
     fn build(parts: Parts<'_>) -> Result<Self, ConfigError>;
 
     /// Reads the shared guard settings the same way for every function (its limits through
-    /// [`Function::FUNCTION`]), builds the [`Gate`] over the clients, then [`Function::build`].
+    /// [`GuardedFunction::FUNCTION`]), builds the [`Gate`] over the clients, then [`GuardedFunction::build`].
     fn from_env(
         env: &Env,
         ddb: aws_sdk_dynamodb::Client,
@@ -56,10 +56,10 @@ pub trait Function: Send + Sync + Sized + 'static {
     fn gate(&self) -> &Gate;
 
     /// The function's request path, guards first: one `ServiceBuilder`, built in
-    /// [`Function::build`].
-    fn service(&self) -> Stack;
+    /// [`GuardedFunction::build`].
+    fn service(&self) -> ServiceStack;
 
-    /// Answers one request through [`Function::service`]; never fails (errors are
+    /// Answers one request through [`GuardedFunction::service`]; never fails (errors are
     /// problem+json responses).
     fn handle(&self, req: Request) -> impl Future<Output = Response<Body>> + Send {
         let service = self.service();
@@ -79,7 +79,7 @@ pub trait Function: Send + Sync + Sized + 'static {
 /// Completed responses kept per process by each function's idempotency store.
 pub const REPLAY_CACHE_SIZE_VAR: &str = "IDEMPOTENCY_CACHE_SIZE";
 
-/// What [`Function::from_env`] hands a function's [`Function::build`]: its environment, its
+/// What [`GuardedFunction::from_env`] hands a function's [`GuardedFunction::build`]: its environment, its
 /// gate, and the client and clock its own stores use (the ones the gate runs on).
 pub struct Parts<'a> {
     pub env: &'a Env,
@@ -104,7 +104,7 @@ impl Parts<'_> {
 
 /// Runs `F` on the Lambda runtime. A bad configuration fails the cold start with a message
 /// naming the variable.
-pub async fn run<F: Function>() -> Result<(), Error> {
+pub async fn run<F: GuardedFunction>() -> Result<(), Error> {
     tollgate::telemetry::init();
     let env = Env::from_process();
     let sdk = tollgate::aws::load_config().await;

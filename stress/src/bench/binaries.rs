@@ -8,7 +8,7 @@
 //!   first request (new connections to DynamoDB and, for `POST /session`, the upstream).
 //!   [`COLD_STARTS`] fresh processes each.
 //! - **Warm latency**: one long-lived process per function; each request timed around
-//!   [`Function::invoke_event`], from the event being queued until the function's answer is
+//!   [`Pool::invoke_event`], from the event being queued until the function's answer is
 //!   read back.
 //! - **Peak memory**: `VmHWM` (peak resident set) from `/proc/<pid>/status` once the process
 //!   has served everything, the figure Lambda's `Max Memory Used` reports.
@@ -27,13 +27,13 @@ use std::time::Instant;
 use serde::Serialize;
 use tollgate::ids::random_hex;
 use tollgate_functions::catalog;
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 
 use super::stats::{greater_p, ms, quantile, Quantiles};
 use super::{BenchError, WARMUP};
-use crate::lambda::Function;
+use crate::lambda::Pool;
 use crate::limits::Limits;
-use crate::stack::{self, Stack};
+use crate::stack::{self, HarnessStack};
 
 /// Fresh processes per function (and per build) for the cold-start figures. The same binary's
 /// median init moves by about 2 ms from run to run (10.5 to 14.5 ms over six runs of one
@@ -164,7 +164,7 @@ struct Scenario {
     expect: u16,
     replayed: bool,
     /// The event for the `i`-th request of this scenario.
-    event: Box<dyn Fn(usize) -> Event + Send + Sync>,
+    event: Box<dyn Fn(usize) -> HttpEvent + Send + Sync>,
 }
 
 /// One function's figures.
@@ -370,15 +370,15 @@ impl Which {
 /// One build of both functions on a stack of its own, with each function's scenarios (the
 /// first is its typical request, the one a cold process serves first).
 struct Build {
-    stack: Stack,
-    session: Arc<Function>,
+    stack: HarnessStack,
+    session: Arc<Pool>,
     session_scenarios: Vec<Scenario>,
     transfer_scenarios: Vec<Scenario>,
 }
 
 impl Build {
     async fn start(bin_dir: &Path, name: &'static str) -> Result<Self, BenchError> {
-        let stack = Stack::start(stack::Options {
+        let stack = HarnessStack::start(stack::Options {
             bin_dir,
             transfer_instances: 0,
             session_instances: Some(0),
@@ -405,7 +405,7 @@ impl Build {
                 name: "`GET /accounts/{id}`",
                 expect: 200,
                 replayed: false,
-                event: Box::new(move |_| Event::get(&account).header("authorization", &auth)),
+                event: Box::new(move |_| HttpEvent::get(&account).header("authorization", &auth)),
             },
             not_found(),
         ];
@@ -414,7 +414,7 @@ impl Build {
                 name: SESSION,
                 expect: 200,
                 replayed: false,
-                event: Box::new(|_| Event::post("/session").json(&serde_json::json!({}))),
+                event: Box::new(|_| HttpEvent::post("/session").json(&serde_json::json!({}))),
             },
             not_found(),
         ];
@@ -430,7 +430,7 @@ impl Build {
 /// One function of one build, and what has been measured of it so far.
 struct Side<'a> {
     name: &'static str,
-    function: &'a Function,
+    function: &'a Pool,
     binary: PathBuf,
     scenarios: &'a [Scenario],
     init_ms: Vec<f64>,
@@ -526,14 +526,16 @@ fn base_env() -> Vec<(String, String)> {
 
 /// `POST /transfers` of 1 between the fixture's two accounts under key `<run>-<i>`: the same
 /// closure twice gives the new-key scenario and its replay (the very same requests again).
-fn transfers(fixture: &stack::Seeded) -> impl Fn() -> Box<dyn Fn(usize) -> Event + Send + Sync> {
+fn transfers(
+    fixture: &stack::Seeded,
+) -> impl Fn() -> Box<dyn Fn(usize) -> HttpEvent + Send + Sync> {
     let auth = format!("Bearer {}", fixture.token);
     let (from, to) = (fixture.accounts[0].clone(), fixture.accounts[1].clone());
     let run_id = random_hex(4);
     move || {
         let (auth, from, to, run_id) = (auth.clone(), from.clone(), to.clone(), run_id.clone());
         Box::new(move |i| {
-            Event::post("/transfers")
+            HttpEvent::post("/transfers")
                 .header("authorization", &auth)
                 .header("idempotency-key", &format!("{run_id}-{i}"))
                 .json(&serde_json::json!({"from": from, "to": to, "amount": 1, "memo": format!("bench {i}")}))
@@ -563,7 +565,7 @@ fn new_and_replay(fixture: &stack::Seeded, replay: &'static str) -> [Scenario; 2
 
 /// [`WARMUP`] requests, then `n` timed, in the function's one warm process.
 async fn warm_latency(
-    function: &Function,
+    function: &Pool,
     scenario: &Scenario,
     n: usize,
 ) -> Result<Quantiles, BenchError> {
@@ -591,7 +593,7 @@ async fn run_variant(
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let stack = Stack::start(stack::Options {
+    let stack = HarnessStack::start(stack::Options {
         bin_dir: &binaries.dir,
         transfer_instances: 0,
         session_instances: Some(0),
@@ -633,9 +635,9 @@ async fn run_variant(
         .ephemeral_key
         .clone()
         .ok_or_else(|| BenchError::Setup(format!("the {name} stack has no ephemeral-key")))?;
-    let post = || -> Box<dyn Fn(usize) -> Event + Send + Sync> {
+    let post = || -> Box<dyn Fn(usize) -> HttpEvent + Send + Sync> {
         Box::new(|_| {
-            Event::post("/session")
+            HttpEvent::post("/session")
                 .from_ip("198.51.100.20")
                 .json(&serde_json::json!({}))
         })
@@ -673,12 +675,12 @@ fn not_found() -> Scenario {
         name: "`GET /nope` (404)",
         expect: 404,
         replayed: false,
-        event: Box::new(|_| Event::get("/nope")),
+        event: Box::new(|_| HttpEvent::get("/nope")),
     }
 }
 
 /// Sends request `i` of `scenario`, checks the answer, and returns its latency (ms).
-async fn invoke(function: &Function, scenario: &Scenario, i: usize) -> Result<f64, BenchError> {
+async fn invoke(function: &Pool, scenario: &Scenario, i: usize) -> Result<f64, BenchError> {
     let event = (scenario.event)(i);
     let t = Instant::now();
     let answer = function

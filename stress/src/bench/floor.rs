@@ -42,7 +42,7 @@ use tollgate::config::Env;
 use tollgate_tests::capacity::CapacityMeter;
 use tollgate_tests::counting::{RequestCounter, WireClock};
 use tollgate_tests::dynamo::{self, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use transfer::App;
 
 use super::blocks::{schedule, Blocks, ByOrder, Phase, PhaseFigures, Which};
@@ -268,7 +268,7 @@ impl Sides {
         let mut wrong = 0;
         let started = Instant::now();
         for i in 0..n {
-            let req = Event::post("/transfers")
+            let req = HttpEvent::post("/transfers")
                 .header("authorization", &self.authorization)
                 .header("idempotency-key", &format!("guarded-{tag}-{i}"))
                 .header("content-type", "application/json")

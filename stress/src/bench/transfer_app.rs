@@ -12,7 +12,7 @@ use secrecy::ExposeSecret;
 use tollgate::clock::{SharedClock, SystemClock};
 use tollgate::config::Env;
 use tollgate::idempotency::{fingerprint, IdempotencyKey, Scope, StoredResponse};
-use tollgate_functions::serve::Function;
+use tollgate_functions::serve::GuardedFunction;
 use transfer::domain::TransferRequest;
 use transfer::App;
 

@@ -11,7 +11,7 @@ use serde::Serialize;
 use tollgate::ratelimit::{Layer, RateLimits};
 use tollgate_tests::fault_proxy::FaultProxy;
 
-use crate::lambda::Function;
+use crate::lambda::Pool;
 use crate::limits;
 
 /// DynamoDB operations the functions use (the proxy counts by `x-amz-target`).
@@ -44,8 +44,8 @@ pub struct Settings {
 
 /// The functions and what the drills need to call them as a client would.
 pub struct Target {
-    pub session: Arc<Function>,
-    pub transfer: Arc<Function>,
+    pub session: Arc<Pool>,
+    pub transfer: Arc<Pool>,
     pub internal_token: String,
     pub demo_token: String,
     pub demo_account: String,
@@ -95,7 +95,7 @@ impl Rng {
 /// One request to send.
 #[derive(Clone)]
 struct Req {
-    function: Arc<Function>,
+    function: Arc<Pool>,
     method: &'static str,
     path: String,
     headers: Vec<(String, String)>,

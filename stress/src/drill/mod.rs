@@ -18,7 +18,7 @@ mod pictures;
 use std::path::PathBuf;
 
 use crate::limits::Limits;
-use crate::stack::{self, random_hex, Stack};
+use crate::stack::{self, random_hex, HarnessStack};
 use crate::Global;
 
 /// What `--help` says beyond the one-line summary.
@@ -74,7 +74,7 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
         ("RATE_LIMIT_BLOCK_CACHE_SIZE".into(), "10000".into()),
     ];
     env.extend(settings.limits.env());
-    let stack = Stack::start(stack::Options {
+    let stack = HarnessStack::start(stack::Options {
         bin_dir: &global.bin_dir()?,
         transfer_instances: 1,
         session_instances: Some(1),

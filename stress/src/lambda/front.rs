@@ -18,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use super::pool::{Function, SourceIp};
+use super::pool::{Pool, SourceIp};
 
 /// The running front; dropping it stops accepting connections.
 pub struct Front {
@@ -26,12 +26,12 @@ pub struct Front {
     accept: JoinHandle<()>,
 }
 
-type Routes = Arc<Vec<(String, Arc<Function>)>>;
+type Routes = Arc<Vec<(String, Arc<Pool>)>>;
 
 impl Front {
     /// Serves `routes` (path prefix, function; the longest matching prefix wins, `""`
     /// matches every path) on a free loopback port.
-    pub async fn start(routes: Vec<(String, Arc<Function>)>) -> std::io::Result<Front> {
+    pub async fn start(routes: Vec<(String, Arc<Pool>)>) -> std::io::Result<Front> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let mut routes = routes;

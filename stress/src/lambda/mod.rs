@@ -4,10 +4,10 @@
 //! - [`runtime_api`]: the `2018-06-01` runtime API (`GET /runtime/invocation/next`,
 //!   `POST /runtime/invocation/{id}/response|error`, `POST /runtime/init/error`) on hyper, one
 //!   listener per process, so the emulator knows which process holds which invocation.
-//! - [`pool`]: [`Function`], K processes of one binary sharing one queue of invocations;
-//!   SIGKILL one ([`Function::kill`]), add one ([`Function::spawn_instance`]), restart all with
-//!   other variables ([`Function::restart`]); [`Function::invoke`] turns an `http::Request` into
-//!   an event with the workspace's one event builder (`tollgate_tests::events::Event`) and the
+//! - [`pool`]: [`Pool`], K processes of one binary sharing one queue of invocations;
+//!   SIGKILL one ([`Pool::kill`]), add one ([`Pool::spawn_instance`]), restart all with
+//!   other variables ([`Pool::restart`]); [`Pool::invoke`] turns an `http::Request` into
+//!   an event with the workspace's one event builder (`tollgate_tests::events::HttpEvent`) and the
 //!   function's answer back into an `http::Response`.
 //! - [`front`]: an HTTP server that does the same for HTTP clients (an API Gateway stand-in),
 //!   for tools that only speak HTTP (Schemathesis in the bench).
@@ -22,7 +22,7 @@ mod response;
 pub mod runtime_api;
 
 pub use front::Front;
-pub use pool::{Function, FunctionSpec, SourceIp};
+pub use pool::{Pool, PoolSpec, SourceIp};
 
 use std::time::Duration;
 

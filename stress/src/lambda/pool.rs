@@ -1,10 +1,10 @@
 //! A function: K processes of its binary, each polling its own runtime API endpoint over one
-//! shared queue, and [`Function::invoke`].
+//! shared queue, and [`Pool::invoke`].
 //!
 //! A process is watched by a task that owns its `Child`: when it exits (or is SIGKILLed on
 //! request) the task tells its endpoint, which answers the invocations it held with a crash
 //! (502 to the caller, as Lambda answers when a function dies). Lambda replaces a dead
-//! instance on the next demand; here the caller decides ([`Function::spawn_instance`]), so a
+//! instance on the next demand; here the caller decides ([`Pool::spawn_instance`]), so a
 //! run can count what it did.
 
 use std::fs::File;
@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tokio::process::Command;
 use tokio::sync::{oneshot, watch};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 
 use super::response::parse;
 use super::runtime_api::{Endpoint, Invocation, Queue, Reply};
@@ -30,7 +30,7 @@ const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What to run, and how.
 #[derive(Debug, Clone)]
-pub struct FunctionSpec {
+pub struct PoolSpec {
     /// The function's name (`transfer`, `ephemeral-key`): the event's function ARN, the ids.
     pub name: String,
     /// Its binary (a `bootstrap`, as Lambda would run it).
@@ -57,17 +57,17 @@ struct Instance {
 }
 
 /// A function's pool of processes.
-pub struct Function {
-    spec: Mutex<FunctionSpec>,
+pub struct Pool {
+    spec: Mutex<PoolSpec>,
     queue: Arc<Queue>,
     instances: Mutex<Vec<Instance>>,
     next_id: AtomicU64,
 }
 
-impl Function {
+impl Pool {
     /// Starts `instances` processes and waits until each polls for work.
-    pub async fn start(spec: FunctionSpec, instances: usize) -> Result<Arc<Function>, Error> {
-        let function = Arc::new(Function {
+    pub async fn start(spec: PoolSpec, instances: usize) -> Result<Arc<Pool>, Error> {
+        let function = Arc::new(Pool {
             spec: Mutex::new(spec),
             queue: Queue::new(),
             instances: Mutex::new(Vec::new()),
@@ -258,12 +258,12 @@ impl Function {
             .extensions()
             .get::<SourceIp>()
             .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |s| s.0);
-        self.invoke_event(&Event::from_http(&req, &source_ip.to_string()))
+        self.invoke_event(&HttpEvent::from_http(&req, &source_ip.to_string()))
             .await
     }
 
     /// Invokes the function with an event made by the event builder.
-    pub async fn invoke_event(&self, event: &Event) -> Result<Response<Bytes>, Lost> {
+    pub async fn invoke_event(&self, event: &HttpEvent) -> Result<Response<Bytes>, Lost> {
         let (name, timeout) = {
             let spec = self.spec.lock().expect("spec");
             (spec.name.clone(), spec.timeout)
@@ -286,7 +286,7 @@ impl Function {
     }
 }
 
-impl Drop for Function {
+impl Drop for Pool {
     fn drop(&mut self) {
         // The watch tasks own the children (`kill_on_drop`); telling them ends the processes.
         if let Ok(instances) = self.instances.get_mut() {
@@ -332,12 +332,12 @@ while true; do
 done
 "#;
 
-    fn spec(dir: &std::path::Path) -> FunctionSpec {
+    fn spec(dir: &std::path::Path) -> PoolSpec {
         let script = dir.join("runtime.sh");
         std::fs::write(&script, format!("#!/bin/sh\n{RUNTIME}")).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        FunctionSpec {
+        PoolSpec {
             name: "echo".into(),
             binary: script,
             env: vec![
@@ -363,7 +363,7 @@ done
     #[tokio::test]
     async fn invokes_kills_with_a_502_and_replaces() {
         let dir = temp_dir("pool");
-        let f = Function::start(spec(&dir), 1).await.unwrap();
+        let f = Pool::start(spec(&dir), 1).await.unwrap();
         let resp = f.invoke(get("/hello?x=1")).await.unwrap();
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.headers()["x-fn"], "echo");
@@ -399,7 +399,7 @@ done
     #[tokio::test]
     async fn the_front_joins_repeated_fields_as_api_gateway_does() {
         let dir = temp_dir("front-join");
-        let f = Function::start(spec(&dir), 1).await.unwrap();
+        let f = Pool::start(spec(&dir), 1).await.unwrap();
         let front = super::super::Front::start(vec![("/lambda-url/echo".into(), f.clone())])
             .await
             .unwrap();
@@ -435,7 +435,7 @@ done
     #[tokio::test]
     async fn the_front_strips_its_prefix_and_answers_404_elsewhere() {
         let dir = temp_dir("front");
-        let f = Function::start(spec(&dir), 1).await.unwrap();
+        let f = Pool::start(spec(&dir), 1).await.unwrap();
         let front = super::super::Front::start(vec![("/lambda-url/echo".into(), f.clone())])
             .await
             .unwrap();

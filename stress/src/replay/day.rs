@@ -12,14 +12,14 @@ use secrecy::ExposeSecret;
 use serde::Serialize;
 use tollgate::clock::SystemClock;
 use tollgate::config::Env;
-use tollgate_functions::serve::Function as _;
+use tollgate_functions::serve::GuardedFunction as _;
 
 use super::check;
 use super::plan::{Generator, Population, Rng};
 use super::run::{self, Traffic, FAULT_KINDS, OPERATIONS};
 use super::sequences;
 use super::Options;
-use crate::stack::Stack;
+use crate::stack::HarnessStack;
 
 /// What the report shows (`templates/replay.md`).
 #[derive(Serialize)]
@@ -85,7 +85,7 @@ struct Check {
 }
 
 /// Runs the day on `stack`.
-pub async fn day(o: &Options, stack: &Stack) -> Figures {
+pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
     // Clients and accounts, written directly (not through the proxy) with the function's own
     // stores and the stack's tables.
     let setup_started = Instant::now();

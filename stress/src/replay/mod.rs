@@ -9,7 +9,7 @@
 //!   the layer filled, `TransactionInProgress` until the ledger's budget ends, increments
 //!   delayed across a sliding boundary);
 //! - [`check`]: the reconciliation;
-//! - [`day`]: all of it on one [`Stack`], and the report's figures (`templates/replay.md`).
+//! - [`day`]: all of it on one [`HarnessStack`], and the report's figures (`templates/replay.md`).
 //!
 //! The stack is this process's: the fault proxy, the `transfer` pool (`--instances`
 //! processes) and the kills are calls, not files.
@@ -22,7 +22,7 @@ mod sequences;
 
 use std::path::PathBuf;
 
-use crate::stack::{self, Stack};
+use crate::stack::{self, HarnessStack};
 use crate::Global;
 
 /// What `--help` says beyond the one-line summary.
@@ -80,7 +80,7 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     if o.accounts < 2 * o.clients {
         return Err("need at least two accounts per client (--accounts, --clients)".into());
     }
-    let stack = Stack::start(stack::Options {
+    let stack = HarnessStack::start(stack::Options {
         bin_dir: &global.bin_dir()?,
         transfer_instances: o.instances as usize,
         session_instances: None,

@@ -1,7 +1,7 @@
 //! Sending the day: simulated bank clients with their retry rules, the fault schedule armed on
 //! the proxy as the traffic goes, and the process kills.
 //!
-//! Requests go straight to the `transfer` pool ([`Function::invoke`]): what a bank client
+//! Requests go straight to the `transfer` pool ([`Pool::invoke`]): what a bank client
 //! cannot tell apart (no answer, a timeout, a hang-up) is one outcome, [`Outcome::Lost`].
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 
-use crate::lambda::Function;
+use crate::lambda::Pool;
 
 use super::plan::{Kind, Logical, Rng};
 
@@ -128,7 +128,7 @@ pub enum Mode {
 }
 
 pub struct Traffic {
-    pub transfer: Arc<Function>,
+    pub transfer: Arc<Pool>,
     pub tokens: Vec<String>,
     pub sent: AtomicUsize,
     pub retries: AtomicUsize,
@@ -140,7 +140,7 @@ pub struct Traffic {
 
 impl Traffic {
     pub fn new(
-        transfer: Arc<Function>,
+        transfer: Arc<Pool>,
         tokens: Vec<String>,
         concurrency: usize,
         day_end: usize,
@@ -566,7 +566,7 @@ pub struct Kill {
 /// demand.
 pub async fn kill_processes(
     traffic: Arc<Traffic>,
-    transfer: Arc<Function>,
+    transfer: Arc<Pool>,
     kills: usize,
     target: usize,
     seed: u64,

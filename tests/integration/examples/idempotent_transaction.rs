@@ -3,7 +3,7 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_http::{Body, Request, Response};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::{dynamo, json_body, manual_clock};
 use tower::ServiceExt;
 
@@ -25,7 +25,9 @@ where
 }
 
 fn booking(key: Option<&str>, body: &str) -> Request {
-    let mut event = Event::post("/bookings").from_ip("198.51.100.7").body(body);
+    let mut event = HttpEvent::post("/bookings")
+        .from_ip("198.51.100.7")
+        .body(body);
     if let Some(key) = key {
         event = event.header("idempotency-key", key);
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_http::{Body, Request, Response};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::ssm::{Reply, SsmStandIn};
 use tollgate_tests::{dynamo, json_body, manual_clock};
 use tower::ServiceExt;
@@ -29,7 +29,7 @@ where
 }
 
 fn key_version() -> Request {
-    Event::get("/key-version").request()
+    HttpEvent::get("/key-version").request()
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_http::{Body, Request, Response};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::{dynamo, json_body, manual_clock};
 use tower::ServiceExt;
 
@@ -31,7 +31,7 @@ async fn five_a_minute_per_address_then_429_and_other_addresses_still_pass() {
     // The template's environment as it is: RATE_LIMITS defaults to ip=5/1m,global=1000/1m.
     let env = tables.function_env(EXAMPLE, &[]);
     let service = example_rate_limited::service(&env, ddb, shared).unwrap();
-    let hello = || Event::get("/hello").from_ip("198.51.100.7").request();
+    let hello = || HttpEvent::get("/hello").from_ip("198.51.100.7").request();
 
     for left in (0..5).rev() {
         let resp = send(&service, hello()).await;
@@ -54,7 +54,7 @@ async fn five_a_minute_per_address_then_429_and_other_addresses_still_pass() {
     assert_eq!(send(&service, hello()).await.status(), 429);
     assert_eq!(counter.total(), before, "refused from the block cache");
 
-    let other = Event::get("/hello").from_ip("203.0.113.9").request();
+    let other = HttpEvent::get("/hello").from_ip("203.0.113.9").request();
     assert_eq!(send(&service, other).await.status(), 200);
 }
 
@@ -65,7 +65,7 @@ async fn a_full_global_limit_refuses_every_address() {
     let (_clock, shared) = manual_clock();
     let env = tables.function_env(EXAMPLE, &[("RATE_LIMITS", "ip=100/1m,global=3/1m")]);
     let service = example_rate_limited::service(&env, ddb, shared).unwrap();
-    let from = |ip: &str| Event::get("/hello").from_ip(ip).request();
+    let from = |ip: &str| HttpEvent::get("/hello").from_ip(ip).request();
     for ip in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
         assert_eq!(send(&service, from(ip)).await.status(), 200, "{ip}");
     }
@@ -83,11 +83,11 @@ async fn wrong_routes_cost_nothing_and_the_kill_switch_stops_everything() {
     let service = example_rate_limited::service(&env, ddb.clone(), shared).unwrap();
 
     counter.reset();
-    let resp = send(&service, Event::post("/hello").request()).await;
+    let resp = send(&service, HttpEvent::post("/hello").request()).await;
     assert_eq!(resp.status(), 405);
     assert_eq!(resp.headers()["allow"], "GET");
     assert_eq!(
-        send(&service, Event::get("/elsewhere").request())
+        send(&service, HttpEvent::get("/elsewhere").request())
             .await
             .status(),
         404
@@ -95,7 +95,7 @@ async fn wrong_routes_cost_nothing_and_the_kill_switch_stops_everything() {
     assert_eq!(counter.total(), 0, "404 and 405 cost no DynamoDB request");
 
     assert_eq!(
-        send(&service, Event::get("/hello").request())
+        send(&service, HttpEvent::get("/hello").request())
             .await
             .status(),
         200
@@ -112,7 +112,7 @@ async fn wrong_routes_cost_nothing_and_the_kill_switch_stops_everything() {
     // Within KILL_SWITCH_CACHE_SECONDS (5, the default) the flip applies.
     clock.advance(Duration::from_secs(6));
     let counted = dynamo::counters_matching(&ddb, tables.name("RateLimitTable"), "").await;
-    let resp = send(&service, Event::get("/hello").request()).await;
+    let resp = send(&service, HttpEvent::get("/hello").request()).await;
     assert_eq!(resp.status(), 403);
     let body = json_body(&resp);
     assert_eq!(body["code"], "service_disabled");

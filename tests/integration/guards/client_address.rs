@@ -2,7 +2,7 @@
 
 use tollgate::gate::Gate;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::pipeline::{guarded, settings};
 use tollgate_tests::{json_body, manual_clock};
 
@@ -28,12 +28,14 @@ async fn two_ipv6_addresses_in_one_64_share_a_counter() {
         "2001:db8:aa:bb:1234:5678:9abc:def0",
     ];
     for host in hosts {
-        let resp = guarded(&gate, &Event::post("/x").from_ip(host).request(), None).await;
+        let resp = guarded(&gate, &HttpEvent::post("/x").from_ip(host).request(), None).await;
         assert_eq!(resp.status(), 200);
     }
     let resp = guarded(
         &gate,
-        &Event::post("/x").from_ip("2001:db8:aa:bb::99").request(),
+        &HttpEvent::post("/x")
+            .from_ip("2001:db8:aa:bb::99")
+            .request(),
         None,
     )
     .await;
@@ -44,7 +46,7 @@ async fn two_ipv6_addresses_in_one_64_share_a_counter() {
     );
     let resp = guarded(
         &gate,
-        &Event::post("/x").from_ip("2001:db8:aa:bc::1").request(),
+        &HttpEvent::post("/x").from_ip("2001:db8:aa:bc::1").request(),
         None,
     )
     .await;
@@ -57,8 +59,8 @@ async fn two_ipv6_addresses_in_one_64_share_a_counter() {
 #[tokio::test]
 async fn an_ipv4_mapped_address_counts_as_its_ipv4() {
     let (gate, tables, ddb) = new_gate("ip=2/1h", &[]).await;
-    let mapped = Event::post("/x").from_ip("::ffff:192.0.2.1").request();
-    let plain = Event::post("/x").from_ip("192.0.2.1").request();
+    let mapped = HttpEvent::post("/x").from_ip("::ffff:192.0.2.1").request();
+    let plain = HttpEvent::post("/x").from_ip("192.0.2.1").request();
     assert_eq!(guarded(&gate, &mapped, None).await.status(), 200);
     assert_eq!(guarded(&gate, &plain, None).await.status(), 200);
     assert_eq!(guarded(&gate, &mapped, None).await.status(), 429);
@@ -72,7 +74,7 @@ async fn peer_mode_ignores_x_forwarded_for() {
     let (gate, tables, ddb) = new_gate("ip=3/1h", &[]).await;
     let mut statuses = Vec::new();
     for i in 0..6 {
-        let req = Event::post("/x")
+        let req = HttpEvent::post("/x")
             .from_ip("198.51.100.20")
             .header("x-forwarded-for", &format!("10.0.0.{i}, 198.51.100.20"))
             .request();
@@ -84,8 +86,8 @@ async fn peer_mode_ignores_x_forwarded_for() {
         .is_empty());
 }
 
-fn cloudfront(viewer: &str) -> Event {
-    Event::post("/x")
+fn cloudfront(viewer: &str) -> HttpEvent {
+    HttpEvent::post("/x")
         .from_ip("130.176.0.1") // a CloudFront edge; never the client
         .header("x-origin-verify", ORIGIN_SECRET)
         .header("cloudfront-viewer-address", viewer)
@@ -129,10 +131,10 @@ async fn cloudfront_mode_refuses_requests_that_skipped_the_distribution() {
     ];
     let (gate, tables, ddb) = new_gate("ip=3/1h", &extra).await;
 
-    let missing = Event::post("/x")
+    let missing = HttpEvent::post("/x")
         .header("cloudfront-viewer-address", "203.0.113.5:1000")
         .request();
-    let wrong = Event::post("/x")
+    let wrong = HttpEvent::post("/x")
         .header("cloudfront-viewer-address", "203.0.113.5:1000")
         .header("x-origin-verify", "origin-verify-7f3b")
         .request();

@@ -11,9 +11,9 @@ use tollgate::config::Env;
 use tollgate::cors::{ALLOWED_HEADERS, EXPOSED_HEADERS};
 use tollgate::kill_switch::KillSwitch;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Function;
+use tollgate_functions::serve::GuardedFunction;
 use tollgate_tests::dynamo;
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::openai::Answer;
 use tollgate_tests::session::SessionHarness;
 use tollgate_tests::transfer::{TestClient, TransferHarness};
@@ -35,8 +35,8 @@ const CORS_HEADERS: &[&str] = &[
     "access-control-allow-credentials",
 ];
 
-fn preflight(path: &str, origin: &str, method: &str) -> Event {
-    Event::new("OPTIONS", path)
+fn preflight(path: &str, origin: &str, method: &str) -> HttpEvent {
+    HttpEvent::new("OPTIONS", path)
         .header("origin", origin)
         .header("access-control-request-method", method)
         .header(
@@ -168,7 +168,7 @@ async fn a_preflight_is_answered_even_while_the_kill_switch_is_on() {
     assert_eq!(h.counter.total(), 0, "the switch was not even read");
     // So the page can read the operator's message on the real request.
     let resp = h
-        .send(Event::post("/session").header("origin", APP).request())
+        .send(HttpEvent::post("/session").header("origin", APP).request())
         .await;
     assert_eq!(resp.status(), 403);
     assert_eq!(json_body(&resp)["detail"], "Paused for today.");
@@ -192,7 +192,7 @@ async fn a_preflight_outside_the_routes_is_not_answered() {
     // Without Access-Control-Request-Method an OPTIONS is no preflight: 405 like any method.
     let resp = h
         .send(
-            Event::new("OPTIONS", "/api/session")
+            HttpEvent::new("OPTIONS", "/api/session")
                 .header("origin", APP)
                 .request(),
         )
@@ -226,7 +226,11 @@ async fn an_origin_not_listed_gets_no_cors_header() {
         assert_eq!(h.counter.total(), 0, "{:?}", h.counter.snapshot());
 
         let resp = h
-            .send(Event::post("/session").header("origin", OTHER).request())
+            .send(
+                HttpEvent::post("/session")
+                    .header("origin", OTHER)
+                    .request(),
+            )
             .await;
         assert_eq!(resp.status(), 200);
         assert_no_cors(&resp);
@@ -290,13 +294,13 @@ async fn every_session_answer_to_a_listed_origin_is_readable() {
     assert_readable(&failing, APP);
 
     let wrong_method = h
-        .send(Event::get("/session").header("origin", APP).request())
+        .send(HttpEvent::get("/session").header("origin", APP).request())
         .await;
     assert_eq!(wrong_method.status(), 405);
     assert_readable(&wrong_method, APP);
 }
 
-fn authed(event: Event, client: &TestClient) -> Event {
+fn authed(event: HttpEvent, client: &TestClient) -> HttpEvent {
     event.header("authorization", &format!("Bearer {}", client.token))
 }
 
@@ -311,7 +315,7 @@ async fn every_transfer_answer_to_a_listed_origin_is_readable() {
     let from = h.account(&alice, 1_000, "JPY").await;
     let to = h.account(&alice, 0, "JPY").await;
     let post = |origin: &str| {
-        authed(Event::post("/transfers"), &alice)
+        authed(HttpEvent::post("/transfers"), &alice)
             .header("origin", origin)
             .header("idempotency-key", "cors-transfer-1")
             .header("content-type", "application/json")
@@ -329,7 +333,7 @@ async fn every_transfer_answer_to_a_listed_origin_is_readable() {
 
     let read = h
         .send(
-            authed(Event::get(&format!("/accounts/{from}")), &alice)
+            authed(HttpEvent::get(&format!("/accounts/{from}")), &alice)
                 .header("origin", APP)
                 .request(),
         )
@@ -338,7 +342,7 @@ async fn every_transfer_answer_to_a_listed_origin_is_readable() {
     assert_readable(&read, APP);
     let unauthorized = h
         .send(
-            Event::get(&format!("/accounts/{from}"))
+            HttpEvent::get(&format!("/accounts/{from}"))
                 .header("origin", APP)
                 .request(),
         )
@@ -349,7 +353,7 @@ async fn every_transfer_answer_to_a_listed_origin_is_readable() {
     let _ = h.get(&alice, &format!("/accounts/{from}")).await;
     let limited = h
         .send(
-            authed(Event::get(&format!("/accounts/{from}")), &alice)
+            authed(HttpEvent::get(&format!("/accounts/{from}")), &alice)
                 .header("origin", APP)
                 .request(),
         )

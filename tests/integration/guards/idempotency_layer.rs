@@ -19,7 +19,7 @@ use tollgate::layers::{
 use tollgate::ratelimit::Layer;
 use tollgate::ApiError;
 use tollgate_tests::dynamo::{self, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::pipeline::settings;
 use tollgate_tests::{json_body, manual_clock};
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -89,7 +89,7 @@ fn effect(
 }
 
 fn post(body: &str) -> Request {
-    Event::post("/orders")
+    HttpEvent::post("/orders")
         .from_ip("203.0.113.9")
         .header("idempotency-key", KEY)
         .body(body)
@@ -177,7 +177,7 @@ async fn one_effect_per_key_and_a_replay_costs_no_quota() {
         "one effect for four requests"
     );
     // The replays gave their units back: the next new key still sees 9 left before it.
-    let other = Event::post("/orders")
+    let other = HttpEvent::post("/orders")
         .from_ip("203.0.113.9")
         .header("idempotency-key", "another-key-0123456789")
         .body(r#"{"item": 2}"#)
@@ -197,7 +197,7 @@ async fn one_effect_per_key_and_a_replay_costs_no_quota() {
     assert_eq!(f.runs.load(Ordering::SeqCst), 2);
 
     // No key: 400 before the effect.
-    let keyless = Event::post("/orders").body("{}").request();
+    let keyless = HttpEvent::post("/orders").body("{}").request();
     let resp = service.clone().oneshot(keyless).await.unwrap();
     assert_eq!(resp.status(), 400);
     assert_eq!(f.runs.load(Ordering::SeqCst), 2);
@@ -221,7 +221,7 @@ async fn a_failure_on_our_side_frees_the_key_and_gives_the_units_back() {
         .unwrap();
     assert_eq!(retried.status(), 503);
     assert_eq!(f.runs.load(Ordering::SeqCst), 2);
-    let ok = Event::post("/orders")
+    let ok = HttpEvent::post("/orders")
         .from_ip("203.0.113.9")
         .header("idempotency-key", "third-key-0123456789")
         .body("{}")
@@ -319,7 +319,7 @@ async fn after_a_429_a_retry_whose_answer_was_lost_gets_it() {
         .service(effect(f.runs.clone(), Arc::new(Notify::new())));
     let first = service.clone().oneshot(post("{}")).await.unwrap();
     assert_eq!(first.status(), 201);
-    let fresh = Event::post("/orders")
+    let fresh = HttpEvent::post("/orders")
         .from_ip("203.0.113.9")
         .header("idempotency-key", "fresh-key-0123456789")
         .body("{}")

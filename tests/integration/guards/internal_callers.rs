@@ -5,9 +5,9 @@ use ephemeral_key::App;
 use tollgate::config::Env;
 use tollgate::gate::Gate;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Function;
+use tollgate_functions::serve::GuardedFunction;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::pipeline::{guarded, settings};
 use tollgate_tests::{json_body, manual_clock};
 
@@ -28,7 +28,7 @@ async fn new_gate(limits: &str) -> (Gate, Tables, aws_sdk_dynamodb::Client) {
 async fn run(gate: &Gate, token: Option<&str>, n: usize) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..n {
-        let mut event = Event::post("/x").from_ip("198.51.100.1");
+        let mut event = HttpEvent::post("/x").from_ip("198.51.100.1");
         if let Some(t) = token {
             event = event.header("x-internal-token", t);
         }
@@ -103,7 +103,7 @@ async fn lesson_002_failed_authentications_are_counted_by_address() {
         let (app, tables, ddb) = new_app("ip=10/1h,global=off").await;
         let mut statuses = Vec::new();
         for i in 0..25 {
-            let mut event = Event::get("/internal/kill-switch").from_ip("192.0.2.200");
+            let mut event = HttpEvent::get("/internal/kill-switch").from_ip("192.0.2.200");
             if with_token {
                 event = event.header("x-internal-token", &format!("random-{i}-{}", i * 7919));
             }
@@ -131,7 +131,7 @@ async fn internal_routes_work_with_the_real_token_and_refuse_others() {
     let (app, _, _) = new_app("ip=10/1h,global=off").await;
     let ok = app
         .handle(
-            Event::put("/internal/kill-switch")
+            HttpEvent::put("/internal/kill-switch")
                 .header("x-internal-token", TOKEN)
                 .json(&serde_json::json!({"function": "ephemeral-key", "enabled": true, "message": "Down for a moment"}))
                 .request(),
@@ -145,7 +145,7 @@ async fn internal_routes_work_with_the_real_token_and_refuse_others() {
     // The kill switch does not lock the operator out of its own routes.
     let status = app
         .handle(
-            Event::get("/internal/kill-switch")
+            HttpEvent::get("/internal/kill-switch")
                 .header("x-internal-token", TOKEN)
                 .request(),
         )
@@ -154,20 +154,20 @@ async fn internal_routes_work_with_the_real_token_and_refuse_others() {
     assert_eq!(json_body(&status)["enabled"], true);
 
     let missing = app
-        .handle(Event::get("/internal/kill-switch").request())
+        .handle(HttpEvent::get("/internal/kill-switch").request())
         .await;
     assert_eq!(missing.status(), 401);
     assert_eq!(json_body(&missing)["code"], "unauthorized");
     let wrong_method = app
         .handle(
-            Event::post("/internal/kill-switch")
+            HttpEvent::post("/internal/kill-switch")
                 .header("x-internal-token", TOKEN)
                 .request(),
         )
         .await;
     assert_eq!(wrong_method.status(), 405);
     assert_eq!(wrong_method.headers()["allow"], "GET, PUT");
-    let unknown = app.handle(Event::get("/nowhere").request()).await;
+    let unknown = app.handle(HttpEvent::get("/nowhere").request()).await;
     assert_eq!(unknown.status(), 404);
     assert_eq!(
         unknown.headers()["content-type"],
@@ -192,7 +192,7 @@ async fn internal_routes_work_with_the_real_token_and_refuse_others() {
     ] {
         let resp = app
             .handle(
-                Event::put("/internal/kill-switch")
+                HttpEvent::put("/internal/kill-switch")
                     .header("x-internal-token", TOKEN)
                     .body(body)
                     .request(),

@@ -10,7 +10,7 @@ use tollgate::gate::Gate;
 use tollgate::kill_switch::{KillSwitch, SetError, DEFAULT_MESSAGE};
 use tollgate_functions::catalog;
 use tollgate_tests::dynamo::{self, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::fault_proxy::{Fault, FaultProxy};
 use tollgate_tests::pipeline::{guarded, settings};
 use tollgate_tests::{json_body, manual_clock};
@@ -27,7 +27,7 @@ async fn a_flip_applies_within_the_cache_time_and_counts_nothing() {
     );
     // The operator's CLI is another process with its own cache.
     let operator = KillSwitch::new(ddb.clone(), &tables.control, shared, Duration::from_secs(5));
-    let req = Event::post("/session").request();
+    let req = HttpEvent::post("/session").request();
 
     assert_eq!(guarded(&gate, &req, None).await.status(), 200);
     operator
@@ -74,7 +74,7 @@ async fn an_unreadable_switch_with_nothing_cached_fails_closed() {
     tables.control = "no-such-table-anywhere".into();
     let (_, clock) = manual_clock();
     let gate = Gate::new(settings(&tables, "ip=100/1h", &[]), ddb.clone(), clock);
-    let resp = guarded(&gate, &Event::post("/session").request(), None).await;
+    let resp = guarded(&gate, &HttpEvent::post("/session").request(), None).await;
     assert_eq!(resp.status(), 503);
     let body = json_body(&resp);
     assert_eq!(body["code"], "temporarily_unavailable");
@@ -146,7 +146,7 @@ fn retry_after(resp: &Response<Body>) -> u64 {
 #[tokio::test]
 async fn a_failing_store_is_read_once_per_period_serves_stale_then_fails_closed() {
     let (gate, proxy, clock) = gate_through_proxy().await;
-    let req = Event::post("/session").request();
+    let req = HttpEvent::post("/session").request();
     assert_eq!(guarded(&gate, &req, None).await.status(), 200);
     let reads_before = proxy.seen("GetItem");
     assert_eq!(reads_before, 1);
@@ -194,7 +194,7 @@ async fn a_failing_store_is_read_once_per_period_serves_stale_then_fails_closed(
 async fn with_nothing_cached_a_failing_store_fails_closed_fast() {
     let (gate, proxy, clock) = gate_through_proxy().await;
     proxy.arm_always("GetItem", Fault::ServerError);
-    let req = Event::post("/session").request();
+    let req = HttpEvent::post("/session").request();
     for _ in 0..20 {
         let resp = guarded(&gate, &req, None).await;
         assert_eq!(resp.status(), 503);
@@ -211,7 +211,7 @@ async fn with_nothing_cached_a_failing_store_fails_closed_fast() {
 #[tokio::test]
 async fn concurrent_requests_share_one_read_while_the_store_fails() {
     let (gate, proxy, clock) = gate_through_proxy().await;
-    let req = Event::post("/session").request();
+    let req = HttpEvent::post("/session").request();
     assert_eq!(guarded(&gate, &req, None).await.status(), 200);
     proxy.arm_always("GetItem", Fault::ServerError);
     clock.advance(Duration::from_secs(6));
@@ -249,7 +249,7 @@ async fn a_malformed_switch_counts_as_on() {
             ddb.clone(),
             shared.clone(),
         );
-        let req = Event::post("/session").request();
+        let req = HttpEvent::post("/session").request();
         let resp = guarded(&gate, &req, None).await;
         assert_eq!(resp.status(), 403, "{malformed:?}");
         let body = json_body(&resp);

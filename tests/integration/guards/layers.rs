@@ -17,7 +17,7 @@ use tollgate::ratelimit::Layer;
 use tollgate::ApiError;
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo::{self, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::pipeline::settings;
 use tollgate_tests::{json_body, manual_clock};
 use tower::{Layer as _, Service, ServiceBuilder, ServiceExt};
@@ -97,7 +97,11 @@ async fn an_address_limit_counts_every_request_and_a_refusal_never_reaches_the_h
                 .limit(gate.rate_limit(Layer::Ip), ClientAddress),
         )
         .service(handler(f.calls.clone()));
-    let req = || Event::post("/work").from_ip("2001:db8:1:2::7").request();
+    let req = || {
+        HttpEvent::post("/work")
+            .from_ip("2001:db8:1:2::7")
+            .request()
+    };
     for left in [2, 1, 0] {
         let resp = service.clone().oneshot(req()).await.unwrap();
         assert_eq!(resp.status(), 200);
@@ -131,7 +135,9 @@ async fn an_address_limit_counts_every_request_and_a_refusal_never_reaches_the_h
         "the block cache refused it without a write"
     );
     // Another /64 has its own counter.
-    let other = Event::post("/work").from_ip("2001:db8:1:3::7").request();
+    let other = HttpEvent::post("/work")
+        .from_ip("2001:db8:1:3::7")
+        .request();
     assert_eq!(service.clone().oneshot(other).await.unwrap().status(), 200);
 }
 
@@ -164,7 +170,7 @@ async fn a_layer_with_every_limit_off_evaluates_nothing_and_passes_the_request_s
         .service(handler(f.calls.clone()));
     let before = f.counter.total();
     for _ in 0..3 {
-        let req = Event::post("/work").from_ip("198.51.100.7").request();
+        let req = HttpEvent::post("/work").from_ip("198.51.100.7").request();
         let resp = service.clone().oneshot(req).await.unwrap();
         assert_eq!(resp.status(), 200);
         assert_eq!(json_body(&resp)["counted"], serde_json::Value::Null);
@@ -194,11 +200,13 @@ async fn routes_and_the_kill_switch_answer_before_anything_is_counted() {
         )
         .service(handler(f.calls.clone()));
     f.counter.reset();
-    let nowhere = service.clone().oneshot(Event::post("/elsewhere").request());
+    let nowhere = service
+        .clone()
+        .oneshot(HttpEvent::post("/elsewhere").request());
     assert_eq!(nowhere.await.unwrap().status(), 404);
     let resp = service
         .clone()
-        .oneshot(Event::get("/work").request())
+        .oneshot(HttpEvent::get("/work").request())
         .await
         .unwrap();
     assert_eq!(resp.status(), 405);
@@ -212,7 +220,7 @@ async fn routes_and_the_kill_switch_answer_before_anything_is_counted() {
     f.counter.reset();
     let resp = service
         .clone()
-        .oneshot(Event::post("/work").request())
+        .oneshot(HttpEvent::post("/work").request())
         .await
         .unwrap();
     assert_eq!(resp.status(), 403);
@@ -243,7 +251,7 @@ async fn an_identity_limit_counts_only_a_verified_identity_and_the_address_count
                 .limit(gate.rate_limit(Layer::Global), Global),
         )
         .service(handler(f.calls.clone()));
-    let as_tenant = |t: &str| Event::post("/work").header("x-tenant", t).request();
+    let as_tenant = |t: &str| HttpEvent::post("/work").header("x-tenant", t).request();
     let mut statuses = Vec::new();
     for _ in 0..3 {
         statuses.push(
@@ -270,7 +278,7 @@ async fn an_identity_limit_counts_only_a_verified_identity_and_the_address_count
     // Without a tenant: 401, but the address layer counted it first (lesson 002).
     let resp = service
         .clone()
-        .oneshot(Event::post("/work").request())
+        .oneshot(HttpEvent::post("/work").request())
         .await
         .unwrap();
     assert_eq!(resp.status(), 401);
@@ -345,7 +353,7 @@ async fn the_stack_is_what_the_lambda_runtime_takes() {
     runnable(&service);
     assert_eq!(
         service
-            .oneshot(Event::post("/work").request())
+            .oneshot(HttpEvent::post("/work").request())
             .await
             .unwrap()
             .status(),
@@ -373,7 +381,7 @@ async fn a_layers_future_holds_no_sdk_call_inline_and_the_handlers_future_once()
     let f = fixture("ip=100/1h,global=off").await;
     let gate = &f.gate;
     let inner = || handler(f.calls.clone());
-    let req = || Event::post("/work").from_ip("198.51.100.7").request();
+    let req = || HttpEvent::post("/work").from_ip("198.51.100.7").request();
     let sizes = [
         (
             "respond",

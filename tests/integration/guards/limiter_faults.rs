@@ -4,7 +4,7 @@ use tollgate::gate::Gate;
 use tollgate::ratelimit::{Admission, LimitCheck, RateLimit, RateLimiter, Verdict};
 use tollgate_functions::catalog;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 use tollgate_tests::pipeline::{guarded, settings};
 use tollgate_tests::{json_body, manual_clock};
@@ -129,7 +129,7 @@ async fn a_failing_increment_fails_closed_and_counts_nothing() {
             .arm_always_when("UpdateItem", "#global#", fault.clone());
         let resp = guarded(
             &gate,
-            &Event::post("/session").from_ip("192.0.2.7").request(),
+            &HttpEvent::post("/session").from_ip("192.0.2.7").request(),
             None,
         )
         .await;
@@ -163,7 +163,7 @@ async fn a_failing_increment_fails_closed_and_counts_nothing() {
         s.proxy.arm_always("UpdateItem", fault.clone());
         let resp = guarded(
             &gate,
-            &Event::post("/session").from_ip("192.0.2.8").request(),
+            &HttpEvent::post("/session").from_ip("192.0.2.8").request(),
             None,
         )
         .await;
@@ -193,7 +193,7 @@ async fn an_increment_whose_answer_was_lost_is_not_resent_and_fails_closed() {
             .arm_when("UpdateItem", "#global#", Fault::DropResponseAfterCommit);
         let resp = guarded(
             &gate,
-            &Event::post("/session").from_ip("192.0.2.5").request(),
+            &HttpEvent::post("/session").from_ip("192.0.2.5").request(),
             None,
         )
         .await;
@@ -252,7 +252,7 @@ async fn a_throttled_increment_is_sent_again_and_counts_once() {
     }
     let resp = guarded(
         &gate,
-        &Event::post("/session").from_ip("192.0.2.6").request(),
+        &HttpEvent::post("/session").from_ip("192.0.2.6").request(),
         None,
     )
     .await;

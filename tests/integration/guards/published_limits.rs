@@ -8,7 +8,7 @@ use std::time::Duration;
 use tollgate::gate::Gate;
 use tollgate::published_limits::LimitsRecord;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Function;
+use tollgate_functions::serve::GuardedFunction;
 use tollgate_tests::dynamo::{self, Tables};
 use tollgate_tests::pipeline::settings;
 use tollgate_tests::session::SessionHarness;

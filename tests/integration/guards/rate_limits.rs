@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tollgate::gate::Gate;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::pipeline::{guarded, settings};
 use tollgate_tests::{json_body, manual_clock};
 
@@ -33,7 +33,9 @@ async fn lesson_000_counter_stops_at_the_limit_and_the_window_reopens() {
     for cache in ["10000", "0"] {
         let (gate, tables, ddb, clock) =
             new_gate("ip=10/1h", &[("RATE_LIMIT_BLOCK_CACHE_SIZE", cache)]).await;
-        let req = Event::post("/session").from_ip("198.51.100.7").request();
+        let req = HttpEvent::post("/session")
+            .from_ip("198.51.100.7")
+            .request();
 
         let mut statuses = Vec::new();
         for _ in 0..13 {
@@ -84,7 +86,7 @@ async fn lesson_000_counter_stops_at_the_limit_and_the_window_reopens() {
 #[tokio::test]
 async fn retry_after_is_the_rest_of_the_window() {
     let (gate, _, _, clock) = new_gate("ip=1/1m", &[]).await;
-    let req = Event::post("/x").request();
+    let req = HttpEvent::post("/x").request();
     assert_eq!(guarded(&gate, &req, None).await.status(), 200);
     clock.advance(Duration::from_millis(20_500));
     let resp = guarded(&gate, &req, None).await;
@@ -100,7 +102,7 @@ async fn fifty_concurrent_requests_against_a_limit_of_ten_admit_exactly_ten() {
     let (gate, tables, ddb, _) =
         new_gate("ip=10/1h", &[("RATE_LIMIT_BLOCK_CACHE_SIZE", "0")]).await;
     let gate = Arc::new(gate);
-    let req = Event::post("/session").from_ip("192.0.2.44").request();
+    let req = HttpEvent::post("/session").from_ip("192.0.2.44").request();
     let responses = join_all((0..50).map(|_| {
         let gate = gate.clone();
         let req = req.clone();
@@ -120,7 +122,9 @@ async fn fifty_concurrent_requests_against_a_limit_of_ten_admit_exactly_ten() {
 #[tokio::test]
 async fn a_rejection_by_a_later_layer_refunds_the_earlier_ones() {
     let (gate, tables, ddb, _) = new_gate("ip=5/1h,client=2/1h,global=100/1d", &[]).await;
-    let req = Event::post("/transfers").from_ip("192.0.2.50").request();
+    let req = HttpEvent::post("/transfers")
+        .from_ip("192.0.2.50")
+        .request();
     let statuses: Vec<u16> = {
         let mut v = Vec::new();
         for _ in 0..4 {
@@ -159,7 +163,7 @@ async fn the_global_layer_caps_everyone_together() {
     let (gate, _, _, _) = new_gate("ip=100/1h,global=3/1d", &[]).await;
     let mut statuses = Vec::new();
     for i in 0..5 {
-        let req = Event::post("/session")
+        let req = HttpEvent::post("/session")
             .from_ip(&format!("192.0.2.{}", 60 + i))
             .request();
         statuses.push(guarded(&gate, &req, None).await.status().as_u16());
@@ -171,7 +175,7 @@ async fn the_global_layer_caps_everyone_together() {
 #[tokio::test]
 async fn counter_items_are_keyed_by_window_and_carry_a_ttl() {
     let (gate, tables, ddb, clock) = new_gate("ip=2/1m", &[]).await;
-    let req = Event::post("/x").from_ip("192.0.2.70").request();
+    let req = HttpEvent::post("/x").from_ip("192.0.2.70").request();
     for _ in 0..2 {
         assert_eq!(guarded(&gate, &req, None).await.status(), 200);
     }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tollgate::gate::Gate;
 use tollgate_tests::dynamo::{self, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::manual_clock;
 use tollgate_tests::pipeline::{guarded, settings};
 
@@ -14,7 +14,7 @@ async fn an_admitted_request_costs_one_request_per_layer() {
     let tables = Tables::create(&ddb).await;
     let (_, clock) = manual_clock();
     let gate = Gate::new(settings(&tables, "ip=10/1h,global=100/1d", &[]), ddb, clock);
-    let req = Event::post("/session").request();
+    let req = HttpEvent::post("/session").request();
 
     guarded(&gate, &req, None).await; // warms the kill-switch cache
     counter.reset();
@@ -35,7 +35,7 @@ async fn a_rejection_learns_its_reset_without_a_second_read_and_the_block_cache_
         ddb.clone(),
         shared.clone(),
     );
-    let req = Event::post("/session").request();
+    let req = HttpEvent::post("/session").request();
     for _ in 0..2 {
         assert_eq!(guarded(&gate, &req, None).await.status(), 200);
     }
@@ -50,7 +50,7 @@ async fn a_rejection_learns_its_reset_without_a_second_read_and_the_block_cache_
     let other = Gate::new(settings(&tables, "ip=2/1h", &[]), ddb, shared);
     guarded(
         &other,
-        &Event::post("/session").from_ip("192.0.2.99").request(),
+        &HttpEvent::post("/session").from_ip("192.0.2.99").request(),
         None,
     )
     .await;

@@ -10,7 +10,7 @@ use tollgate::config::SecretSource;
 use tollgate::gate::Gate;
 use tollgate::secrets::{SecretError, SecretStore};
 use tollgate_tests::dynamo::{self, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::manual_clock;
 use tollgate_tests::pipeline::{guarded, settings};
 use tollgate_tests::ssm::{Reply, SsmStandIn};
@@ -151,7 +151,7 @@ async fn no_parameter_name_or_host_reaches_a_response() {
         ("ORIGIN_VERIFY_SECRET_PARAM", PARAM),
     ];
     let gate = Gate::new(settings(&tables, "ip=10/1h", &extra), ddb, shared).with_ssm(ssm.client());
-    let req = Event::post("/session")
+    let req = HttpEvent::post("/session")
         .header("x-origin-verify", "whatever")
         .header("cloudfront-viewer-address", "203.0.113.1:443")
         .request();

@@ -23,7 +23,7 @@ use tollgate::layers::{handler_fn, ClientAddress, Global, Methods};
 use tollgate::ratelimit::Layer;
 use tollgate::ApiError;
 use tollgate_tests::dynamo::{self, scan_all, unique_prefix};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::manual_clock;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -209,7 +209,7 @@ async fn the_counters_and_the_kill_switch_live_in_the_same_table() {
     let send = |ip: &'static str| {
         let service = service.clone();
         async move {
-            let req = Event::post("/work").from_ip(ip).request();
+            let req = HttpEvent::post("/work").from_ip(ip).request();
             service.oneshot(req).await.unwrap().status()
         }
     };

@@ -9,7 +9,7 @@ use tollgate::ratelimit::{Admission, Decision, LimitCheck, RateLimit, RateLimite
 use tollgate_functions::catalog;
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo::{self, counters_matching, Tables};
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::pipeline::{guarded, settings};
 use tollgate_tests::{manual_clock, T0_MS};
 
@@ -190,7 +190,7 @@ async fn a_sliding_rejection_changes_nothing_and_reopens_exactly_when_it_says() 
         s.ddb.clone(),
         s.shared.clone(),
     );
-    let req = Event::post("/session").from_ip("192.0.2.5").request();
+    let req = HttpEvent::post("/session").from_ip("192.0.2.5").request();
     s.clock.set(MINUTE_0 + 3 * MINUTE + 50_000);
     for _ in 0..3 {
         assert_eq!(guarded(&gate, &req, None).await.status(), 200);
@@ -231,7 +231,7 @@ async fn sliding_ratelimit_fields_count_the_previous_window() {
         s.ddb.clone(),
         s.shared.clone(),
     );
-    let req = Event::post("/session").from_ip("192.0.2.6").request();
+    let req = HttpEvent::post("/session").from_ip("192.0.2.6").request();
     // 6 in slot 10 (30..33 s) of a minute, then 2 in slot 5 (15..18 s) of the next.
     s.clock.set(MINUTE_0 + 31_000);
     for _ in 0..6 {

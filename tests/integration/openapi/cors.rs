@@ -3,7 +3,7 @@
 //! CORS headers the document describes once for all responses.
 
 use tollgate_functions::catalog;
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};
 use tollgate_tests::transfer::TransferHarness;
 
@@ -14,7 +14,7 @@ const NOT_LISTED: &str = "https://evil.example.net";
 const ORIGINS: (&str, &str) = ("CORS_ALLOWED_ORIGINS", LISTED);
 
 fn preflight(path: &str, origin: &str, method: &str) -> lambda_http::Request {
-    Event::new("OPTIONS", path)
+    HttpEvent::new("OPTIONS", path)
         .header("origin", origin)
         .header("access-control-request-method", method)
         .header("access-control-request-headers", "content-type")
@@ -52,7 +52,7 @@ pub async fn cors_preflights_and_cross_origin_answers(c: &Checker) {
     c.check("POST /session", &limited);
     let operator = h
         .send(
-            Event::get("/internal/kill-switch")
+            HttpEvent::get("/internal/kill-switch")
                 .header("origin", LISTED)
                 .header("x-internal-token", INTERNAL_TOKEN)
                 .request(),
@@ -79,7 +79,7 @@ pub async fn cors_preflights_and_cross_origin_answers(c: &Checker) {
     let from = t.account(&alice, 1_000, "JPY").await;
     let to = t.account(&alice, 0, "JPY").await;
     let post = || {
-        Event::post("/transfers")
+        HttpEvent::post("/transfers")
             .header("origin", LISTED)
             .header("authorization", &format!("Bearer {}", alice.token))
             .header("idempotency-key", "cors-conformance-1")
@@ -95,7 +95,7 @@ pub async fn cors_preflights_and_cross_origin_answers(c: &Checker) {
     c.check("POST /transfers", &replay);
     let account = t
         .send(
-            Event::get(&format!("/accounts/{from}"))
+            HttpEvent::get(&format!("/accounts/{from}"))
                 .header("origin", LISTED)
                 .header("authorization", &format!("Bearer {}", alice.token))
                 .request(),
@@ -104,7 +104,11 @@ pub async fn cors_preflights_and_cross_origin_answers(c: &Checker) {
     assert_eq!(account.status(), 200);
     c.check("GET /accounts/{id}", &account);
     let unknown = t
-        .send(Event::get("/nothing").header("origin", LISTED).request())
+        .send(
+            HttpEvent::get("/nothing")
+                .header("origin", LISTED)
+                .request(),
+        )
         .await;
     c.check_unknown_route("/nothing", &unknown);
 }

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 use tollgate_functions::catalog;
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::json_body;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};
 
@@ -19,12 +19,12 @@ fn code(resp: &lambda_http::Response<lambda_http::Body>) -> String {
         .to_string()
 }
 
-fn get() -> Event {
-    Event::get(PATH).header("x-internal-token", INTERNAL_TOKEN)
+fn get() -> HttpEvent {
+    HttpEvent::get(PATH).header("x-internal-token", INTERNAL_TOKEN)
 }
 
-fn put(body: &str) -> Event {
-    Event::put(PATH)
+fn put(body: &str) -> HttpEvent {
+    HttpEvent::put(PATH)
         .header("x-internal-token", INTERNAL_TOKEN)
         .header("content-type", "application/json")
         .body(body)
@@ -84,12 +84,12 @@ pub async fn operator_reads_and_flips(c: &Checker) {
     assert_eq!(resp.status(), 413);
     c.check(GET, &resp);
 
-    let missing = h.send(Event::get(PATH).request()).await;
+    let missing = h.send(HttpEvent::get(PATH).request()).await;
     assert_eq!(code(&missing), "unauthorized");
     c.check(GET, &missing);
     let wrong = h
         .send(
-            Event::put(PATH)
+            HttpEvent::put(PATH)
                 .header("x-internal-token", "not-the-token")
                 .body(r#"{"function":"transfer","enabled":false}"#)
                 .request(),
@@ -101,7 +101,7 @@ pub async fn operator_reads_and_flips(c: &Checker) {
     for method in ["POST", "DELETE"] {
         let resp = h
             .send(
-                Event::new(method, PATH)
+                HttpEvent::new(method, PATH)
                     .header("x-internal-token", INTERNAL_TOKEN)
                     .request(),
             )
@@ -118,16 +118,16 @@ pub async fn operator_rate_limited(c: &Checker) {
         "ip=1/1h,global=2000/1d",
     )])
     .await;
-    let guess = |e: Event| e.from_ip("192.0.2.40").header("x-internal-token", "guess");
-    let first = h.send(guess(Event::get(PATH)).request()).await;
+    let guess = |e: HttpEvent| e.from_ip("192.0.2.40").header("x-internal-token", "guess");
+    let first = h.send(guess(HttpEvent::get(PATH)).request()).await;
     assert_eq!(first.status(), 401);
     c.check(GET, &first);
-    let resp = h.send(guess(Event::get(PATH)).request()).await;
+    let resp = h.send(guess(HttpEvent::get(PATH)).request()).await;
     assert_eq!(resp.status(), 429);
     c.check(GET, &resp);
     let resp = h
         .send(
-            guess(Event::put(PATH))
+            guess(HttpEvent::put(PATH))
                 .body(r#"{"function":"transfer","enabled":false}"#)
                 .request(),
         )
@@ -147,7 +147,7 @@ pub async fn operator_behind_cloudfront(c: &Checker) {
         (None, "forbidden"),
         (Some("origin-secret-for-tests"), "invalid_request"),
     ] {
-        let with = |e: Event| {
+        let with = |e: HttpEvent| {
             let e = e.header("cloudfront-viewer-address", "garbage");
             match origin {
                 Some(secret) => e.header("x-origin-verify", secret),

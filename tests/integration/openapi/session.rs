@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use tollgate::kill_switch::KillSwitch;
 use tollgate_functions::catalog;
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::json_body;
 use tollgate_tests::openai::Answer;
 use tollgate_tests::session::SessionHarness;
@@ -180,7 +180,7 @@ pub async fn session_kill_switch_and_cloudfront(c: &Checker) {
     .await;
     let untrusted = h
         .send(
-            Event::post("/session")
+            HttpEvent::post("/session")
                 .header("cloudfront-viewer-address", "198.51.100.1:443")
                 .request(),
         )
@@ -189,7 +189,7 @@ pub async fn session_kill_switch_and_cloudfront(c: &Checker) {
     c.check(SESSION, &untrusted);
     let malformed = h
         .send(
-            Event::post("/session")
+            HttpEvent::post("/session")
                 .header("x-origin-verify", "origin-secret-for-tests")
                 .header("cloudfront-viewer-address", "198.51.100.1")
                 .request(),
@@ -237,12 +237,14 @@ pub async fn session_upstream_failures(c: &Checker) {
 pub async fn session_routing(c: &Checker) {
     let h = SessionHarness::new(&[("BASE_PATH", "/api")]).await;
     for method in ["GET", "PUT", "DELETE"] {
-        let resp = h.send(Event::new(method, "/api/session").request()).await;
+        let resp = h
+            .send(HttpEvent::new(method, "/api/session").request())
+            .await;
         assert_eq!(resp.status(), 405, "{method}");
         c.check_other_method(method, "/session", &resp);
     }
     for path in ["/session", "/api/nothing", "/api"] {
-        let resp = h.send(Event::post(path).request()).await;
+        let resp = h.send(HttpEvent::post(path).request()).await;
         c.check_unknown_route(path, &resp);
     }
 }

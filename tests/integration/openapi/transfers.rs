@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use tollgate::idempotency::{fingerprint, Claim, IdempotencyKey, Scope};
 use tollgate::kill_switch::KillSwitch;
 use tollgate_functions::catalog;
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::json_body;
 use tollgate_tests::transfer::{TestClient, TransferHarness};
 
@@ -28,7 +28,7 @@ fn replayed(resp: &lambda_http::Response<lambda_http::Body>) -> bool {
 }
 
 /// A request with a bearer token.
-fn authed(event: Event, client: &TestClient) -> Event {
+fn authed(event: HttpEvent, client: &TestClient) -> HttpEvent {
     event.header("authorization", &format!("Bearer {}", client.token))
 }
 
@@ -166,7 +166,7 @@ pub async fn transfer_bad_requests_and_credentials(c: &Checker) {
         c.check(POST, &resp);
     }
     // Keys: missing, too long, not visible ASCII.
-    let no_key = authed(Event::post("/transfers"), &alice)
+    let no_key = authed(HttpEvent::post("/transfers"), &alice)
         .header("content-type", "application/json")
         .body(good.clone())
         .request();
@@ -191,7 +191,7 @@ pub async fn transfer_bad_requests_and_credentials(c: &Checker) {
     ] {
         let resp = h
             .send(
-                authed(Event::get(path), &alice)
+                authed(HttpEvent::get(path), &alice)
                     .body(large.clone())
                     .request(),
             )
@@ -204,7 +204,7 @@ pub async fn transfer_bad_requests_and_credentials(c: &Checker) {
         id: "nobody".into(),
         token: "tg_not-a-real-token".into(),
     };
-    let anonymous = Event::post("/transfers")
+    let anonymous = HttpEvent::post("/transfers")
         .header("idempotency-key", "k-401")
         .body(good.clone())
         .request();
@@ -217,7 +217,7 @@ pub async fn transfer_bad_requests_and_credentials(c: &Checker) {
     assert_eq!(resp.status(), 401);
     c.check(GET_TRANSFER, &resp);
     let resp = h
-        .send(Event::get(&format!("/accounts/{a}")).request())
+        .send(HttpEvent::get(&format!("/accounts/{a}")).request())
         .await;
     assert_eq!(resp.status(), 401);
     c.check(GET_ACCOUNT, &resp);
@@ -267,7 +267,7 @@ pub async fn transfer_routing(c: &Checker) {
         ("PUT", "/accounts/acc_x", "/accounts/{id}"),
     ] {
         let resp = h
-            .send(authed(Event::new(method, path), &alice).request())
+            .send(authed(HttpEvent::new(method, path), &alice).request())
             .await;
         assert_eq!(resp.status(), 405, "{method} {path}");
         c.check_other_method(method, template, &resp);
@@ -341,7 +341,7 @@ pub async fn transfer_behind_cloudfront(c: &Checker) {
     let alice = h.client("alice").await;
     let body = TransferHarness::body("acc_a", "acc_b", 1);
     let requests = |origin: Option<&str>| {
-        let with = |e: Event| {
+        let with = |e: HttpEvent| {
             let e = authed(e, &alice).header("cloudfront-viewer-address", "not-an-address");
             match origin {
                 Some(secret) => e.header("x-origin-verify", secret),
@@ -351,13 +351,19 @@ pub async fn transfer_behind_cloudfront(c: &Checker) {
         [
             (
                 POST,
-                with(Event::post("/transfers"))
+                with(HttpEvent::post("/transfers"))
                     .header("idempotency-key", "k")
                     .body(body.clone())
                     .request(),
             ),
-            (GET_TRANSFER, with(Event::get("/transfers/tr_x")).request()),
-            (GET_ACCOUNT, with(Event::get("/accounts/acc_a")).request()),
+            (
+                GET_TRANSFER,
+                with(HttpEvent::get("/transfers/tr_x")).request(),
+            ),
+            (
+                GET_ACCOUNT,
+                with(HttpEvent::get("/accounts/acc_a")).request(),
+            ),
         ]
     };
     for (op, req) in requests(None) {
@@ -377,12 +383,12 @@ pub async fn transfer_behind_cloudfront(c: &Checker) {
 pub async fn transfer_internal_error(c: &Checker) {
     let h = TransferHarness::new().await;
     let alice = h.client("alice").await;
-    let from_nowhere = |e: Event| authed(e, &alice).from_ip("unknown");
+    let from_nowhere = |e: HttpEvent| authed(e, &alice).from_ip("unknown");
     let resps = [
         (
             POST,
             h.send(
-                from_nowhere(Event::post("/transfers"))
+                from_nowhere(HttpEvent::post("/transfers"))
                     .header("idempotency-key", "k")
                     .body(TransferHarness::body("acc_a", "acc_b", 1))
                     .request(),
@@ -391,12 +397,12 @@ pub async fn transfer_internal_error(c: &Checker) {
         ),
         (
             GET_TRANSFER,
-            h.send(from_nowhere(Event::get("/transfers/tr_x")).request())
+            h.send(from_nowhere(HttpEvent::get("/transfers/tr_x")).request())
                 .await,
         ),
         (
             GET_ACCOUNT,
-            h.send(from_nowhere(Event::get("/accounts/acc_a")).request())
+            h.send(from_nowhere(HttpEvent::get("/accounts/acc_a")).request())
                 .await,
         ),
     ];

@@ -7,7 +7,7 @@ use tollgate::clock::Clock;
 use tollgate::idempotency::{fingerprint, Claim, IdempotencyKey, Scope};
 use tollgate::kill_switch::KillSwitch;
 use tollgate_functions::catalog;
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::json_body;
 use tollgate_tests::session::{SessionHarness, INTERNAL_TOKEN};
 
@@ -177,14 +177,16 @@ async fn an_admitted_request_with_warm_caches_costs_one_request_per_layer() {
 async fn routes_and_methods() {
     let h = SessionHarness::new(&[("BASE_PATH", "/api")]).await;
     assert_eq!(
-        h.send(Event::post("/api/session").request()).await.status(),
+        h.send(HttpEvent::post("/api/session").request())
+            .await
+            .status(),
         200
     );
-    let wrong = h.send(Event::get("/api/session").request()).await;
+    let wrong = h.send(HttpEvent::get("/api/session").request()).await;
     assert_eq!(wrong.status(), 405);
     assert_eq!(wrong.headers()["allow"], "POST");
     assert_eq!(
-        h.send(Event::post("/session").request()).await.status(),
+        h.send(HttpEvent::post("/session").request()).await.status(),
         404
     );
 }

@@ -11,10 +11,10 @@ use lambda_http::{Body, Response};
 use serde_json::Value;
 use tollgate::config::Env;
 use tollgate_functions::catalog;
-use tollgate_functions::serve::Function;
+use tollgate_functions::serve::GuardedFunction;
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo;
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::fault_proxy::{Fault, FaultProxy};
 use tollgate_tests::json_body;
 use tollgate_tests::openai::Answer;
@@ -56,7 +56,7 @@ const K2: &str = "k2-0a9b8c7d-6e5f-4a3b-9c2d-1e0f2a3b4c5d";
 const K3: &str = "k3-5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a";
 const CEDAR: &str = r#"{"voice":"cedar"}"#;
 
-fn post(ip: &str, key: &str, body: &str) -> Event {
+fn post(ip: &str, key: &str, body: &str) -> HttpEvent {
     SessionHarness::post(ip, Some(body)).header("idempotency-key", key)
 }
 

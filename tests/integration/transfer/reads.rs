@@ -51,7 +51,7 @@ async fn routing_unknown_paths_and_wrong_methods() {
     let b = h.account(&alice, 0, "JPY").await;
     let created = h
         .send(
-            tollgate_tests::events::Event::post("/api/transfers")
+            tollgate_tests::events::HttpEvent::post("/api/transfers")
                 .header("authorization", &format!("Bearer {}", alice.token))
                 .header("idempotency-key", "k")
                 .body(TransferHarness::body(&a, &b, 1))
@@ -74,7 +74,7 @@ async fn routing_unknown_paths_and_wrong_methods() {
         assert_eq!(resp.status(), 404);
     }
     let missing = h
-        .send(tollgate_tests::events::Event::get(&format!("/api/accounts/{a}")).request())
+        .send(tollgate_tests::events::HttpEvent::get(&format!("/api/accounts/{a}")).request())
         .await;
     assert_eq!(missing.status(), 401);
     assert_eq!(missing.headers()["www-authenticate"], "Bearer");

@@ -110,7 +110,7 @@ async fn missing_and_unknown_tokens_get_401_and_are_counted_by_address() {
             .await;
     let mut statuses = Vec::new();
     for i in 0..8 {
-        let mut event = tollgate_tests::events::Event::post("/transfers").from_ip("192.0.2.9");
+        let mut event = tollgate_tests::events::HttpEvent::post("/transfers").from_ip("192.0.2.9");
         if i % 2 == 0 {
             event = event.header("authorization", &format!("Bearer tg_forged{i}"));
         }

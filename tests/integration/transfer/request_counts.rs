@@ -69,7 +69,7 @@ async fn the_replay_cache_answers_like_the_store_and_not_past_expiry() {
     let mut env = tollgate::config::Env::from_pairs(cached.tables.env_pairs());
     env.set("IDEMPOTENCY_CACHE_SIZE", "0");
     let (_, clock) = tollgate_tests::manual_clock();
-    use tollgate_functions::serve::Function;
+    use tollgate_functions::serve::GuardedFunction;
     let uncached = transfer::App::from_env(&env, ddb, None, clock).unwrap();
     let from_store = uncached.handle(cached.post(&alice, "k-1", &body)).await;
 

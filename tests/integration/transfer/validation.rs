@@ -1,6 +1,6 @@
 //! Bad input: 400 (or 413) with a precise detail, and nothing written.
 
-use tollgate_tests::events::Event;
+use tollgate_tests::events::HttpEvent;
 use tollgate_tests::json_body;
 use tollgate_tests::transfer::TransferHarness;
 
@@ -145,7 +145,7 @@ async fn two_keys_or_a_list_of_keys_are_400_and_nothing_is_written() {
     let a = h.account(&alice, 1_000, "JPY").await;
     let b = h.account(&alice, 0, "JPY").await;
     let post = || {
-        Event::post("/transfers")
+        HttpEvent::post("/transfers")
             .header("authorization", &format!("Bearer {}", alice.token))
             .header("content-type", "application/json")
             .body(TransferHarness::body(&a, &b, 10))

@@ -4,7 +4,7 @@ use tollgate_catalog as catalog;
 
 use super::demo::DEMO_CURRENCY;
 use super::env::user;
-use super::stack::{env_file, Stack};
+use super::stack::{env_file, DevStack};
 use crate::util::{self, Result};
 
 /// The ready-to-paste lines; `{{name}}` marks a value.
@@ -20,7 +20,7 @@ pub fn sh(value: &str) -> String {
 
 /// The ready-to-paste commands: [`BANNER`] rendered (minijinja) with the stack's facts; `sh`
 /// quotes a value for the shell, `label` pads `name:` so the URLs line up.
-pub fn banner(stack: &Stack) -> Result<String> {
+pub fn banner(stack: &DevStack) -> Result<String> {
     let (info, session) = (&stack.info, catalog::EPHEMERAL_KEY);
     let demo = &info.demo;
     let body = serde_json::json!({"from": demo.accounts[0], "to": demo.accounts[1], "amount": 2500, "memo": "demo"});
@@ -57,7 +57,7 @@ mod tests {
 
     #[test]
     fn banner_fills_every_value() {
-        let mut stack = Stack::new("/s/stack.json".into(), "/l".into(), None);
+        let mut stack = DevStack::new("/s/stack.json".into(), "/l".into(), None);
         stack.info = StackFile {
             ephemeral_key_url: "http://127.0.0.1:9/lambda-url/s".into(),
             transfer_url: "http://127.0.0.1:9/lambda-url/t".into(),

@@ -77,7 +77,7 @@ pub struct Web {
 
 /// A running stack. Dropping it stops every part (the front first, then the functions, then
 /// the page's server, then DynamoDB Local) and removes the stack file.
-pub struct Stack {
+pub struct DevStack {
     pub info: StackFile,
     pub stack_file: PathBuf,
     pub functions_log: PathBuf,
@@ -101,7 +101,7 @@ pub fn lock(state_dir: &Path) -> Result<Lock> {
 
 /// Starts everything and returns once every part answers and the stack file
 /// is written. Takes the lock unless the caller already holds it.
-pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack> {
+pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevStack> {
     signal::install();
     fs::create_dir_all(&opts.state_dir)?;
     let state_dir = std::path::absolute(&opts.state_dir)?;
@@ -126,7 +126,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
         // The OS picks one as the front binds it.
         None => 0,
     };
-    let mut stack = Stack::new(stack_file, logs.join("functions.log"), Some(lock));
+    let mut stack = DevStack::new(stack_file, logs.join("functions.log"), Some(lock));
     // cargo-lambda's own port: only the front talks to it.
     let lambda_port = util::free_port()?;
     let front = Front::start(invoke_port, &format!("http://127.0.0.1:{lambda_port}"))?;
@@ -242,10 +242,10 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<Stack>
     Ok(stack)
 }
 
-impl Stack {
+impl DevStack {
     /// A stack with nothing started yet.
-    pub(super) fn new(stack_file: PathBuf, functions_log: PathBuf, lock: Option<Lock>) -> Stack {
-        Stack {
+    pub(super) fn new(stack_file: PathBuf, functions_log: PathBuf, lock: Option<Lock>) -> DevStack {
+        DevStack {
             info: StackFile::default(),
             stack_file,
             functions_log,
@@ -358,7 +358,7 @@ impl Stack {
     }
 }
 
-impl Drop for Stack {
+impl Drop for DevStack {
     fn drop(&mut self) {
         self.stop();
     }
@@ -375,7 +375,7 @@ pub fn with_private_stack(
     tools: &Tools,
     name: &str,
     function_env: Vec<(String, String)>,
-    test: impl FnOnce(&Stack) -> Result,
+    test: impl FnOnce(&DevStack) -> Result,
 ) -> Result {
     let runs = util::cache_dir()?.join(name);
     for dir in fs::read_dir(&runs).into_iter().flatten().flatten() {

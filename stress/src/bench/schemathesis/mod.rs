@@ -57,7 +57,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use self::findings::{counts, Finding, Reproduce, Tally, SCHEMA_CHECKS};
-use self::reports::{Event, FailureGroup, RunReport};
+use self::reports::{FailureGroup, NdjsonEvent, RunReport};
 use super::binaries::Binaries;
 use super::report::version;
 use super::{workspace_root, BenchError};
@@ -327,7 +327,7 @@ fn schemathesis(
     }
     let mut tally = Tally::default();
     for line in read("ndjson")?.lines().filter(|l| !l.trim().is_empty()) {
-        let event: Event =
+        let event: NdjsonEvent =
             serde_json::from_str(line).map_err(|e| broken(format!("wrote bad NDJSON: {e}")))?;
         if let Some(finished) = event.scenario_finished {
             tally.add(&finished.recorder, &caller.reproduce);

@@ -49,7 +49,7 @@ pub struct ErrorGroup {
 
 /// One NDJSON line; only `ScenarioFinished` and `NonFatalError` matter here.
 #[derive(Debug, Deserialize)]
-pub struct Event {
+pub struct NdjsonEvent {
     #[serde(rename = "ScenarioFinished")]
     pub scenario_finished: Option<ScenarioFinished>,
     #[serde(rename = "NonFatalError")]
@@ -218,7 +218,7 @@ mod tests {
                                     "response": {"status_code": 400, "headers": {"X-Request-Id": ["r"]}, "content": {"$base64": "eyJjb2RlIjoiaW52YWxpZF9yZXF1ZXN0In0="}}}},
             "checks": {"c1": [{"name": "not_a_server_error", "status": "success"}]},
             "unknown": 1}}}"#;
-        let event: Event = serde_json::from_str(line).unwrap();
+        let event: NdjsonEvent = serde_json::from_str(line).unwrap();
         let mut recorder = event.scenario_finished.unwrap().recorder;
         assert_eq!(recorder.label, "POST /session");
         assert_eq!(recorder.checks["c1"][0].name, "not_a_server_error");
@@ -230,7 +230,7 @@ mod tests {
         // The front's own answers (no `X-Request-Id`) have no problem of ours.
         response.headers.clear();
         assert_eq!(response.problem().code, None);
-        let other: Event = serde_json::from_str(r#"{"Initialize": {}}"#).unwrap();
+        let other: NdjsonEvent = serde_json::from_str(r#"{"Initialize": {}}"#).unwrap();
         assert!(other.scenario_finished.is_none());
     }
 }

@@ -7,7 +7,7 @@
 use super::super::binaries::Binaries;
 use super::BenchError;
 use crate::lambda::Front;
-use crate::stack::{self, Stack};
+use crate::stack::{self, HarnessStack};
 
 /// As `cargo xtask dev` seeds its demo payer.
 const PAYER_BALANCE: u64 = 100_000;
@@ -19,7 +19,7 @@ pub struct Functions {
     pub internal_token: String,
     /// Payer, payee.
     pub accounts: [String; 2],
-    stack: Stack,
+    stack: HarnessStack,
     _front: Front,
 }
 
@@ -29,7 +29,7 @@ impl Functions {
         env: Vec<(String, String)>,
     ) -> Result<Self, BenchError> {
         let setup = |e: &dyn std::fmt::Display| BenchError::Setup(format!("part 4's stack: {e}"));
-        let stack = Stack::start(stack::Options {
+        let stack = HarnessStack::start(stack::Options {
             bin_dir: &binaries.dir,
             transfer_instances: 1,
             session_instances: Some(1),
