@@ -191,6 +191,12 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
         (o.part.is_empty() && !o.debug).then(|| workspace_root().join("docs").join("benchmarks.md"))
     });
     let mut figures = report::Figures::new(&o, &parts);
+    // Each part's start with the time so far: a full run takes several minutes.
+    let started = std::time::Instant::now();
+    let part = |what: String| {
+        let s = started.elapsed().as_secs();
+        println!("[{:>2}m{:02}s] {what}", s / 60, s % 60);
+    };
 
     if parts.contains(&1) {
         let python = o
@@ -200,11 +206,15 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
         let script = workspace_root()
             .join("bench")
             .join("powertools_transfer.py");
-        println!("part 1: Tollgate and Powertools in alternating blocks, {n} new + {n} duplicates each per concurrency level");
+        part(format!("part 1: Tollgate and Powertools in alternating blocks, {n} new + {n} duplicates each per concurrency level"));
         figures.idempotency = Some(idempotency::run(n, &python, &script).await?);
-        println!("part 1: a guarded new transfer against a bare TransactWriteItems, {n} each");
+        part(format!(
+            "part 1: a guarded new transfer against a bare TransactWriteItems, {n} each"
+        ));
         figures.floor = Some(floor::run(n).await?);
-        println!("part 2: limiter vs bare UpdateItem, {n} calls each");
+        part(format!(
+            "part 2: limiter vs bare UpdateItem, {n} calls each"
+        ));
         figures.limiter = Some(limiter::run(n).await?);
     }
     let bin_dir = global.bin_dir()?;
@@ -220,7 +230,7 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
             .map(|(dir, rev)| binaries::EarlierBuild { rev, dir }),
     };
     if parts.contains(&3) {
-        println!("part 3: the functions' binaries under the runtime API emulator");
+        part("part 3: the functions' binaries under the runtime API emulator".into());
         figures.binaries = Some(binaries::run(&bins, n).await?);
     }
     if let (Some(i), Some(l), Some(b)) = (&figures.idempotency, &figures.limiter, &figures.binaries)
@@ -230,7 +240,7 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
         figures.cost = Some(cost::assemble(i, l, b, cost::Deployed::read(&template)?)?);
     }
     if parts.contains(&4) {
-        println!("part 4: Schemathesis against openapi.yaml through the HTTP front");
+        part("part 4: Schemathesis against openapi.yaml through the HTTP front".into());
         let cli = o
             .schemathesis
             .clone()

@@ -212,10 +212,13 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
         }));
         if traffic.sent() >= last_progress + o.requests / 10 {
             last_progress = traffic.sent();
+            // Progress with what is left at the pace so far: the full day runs for minutes.
+            let secs = started.elapsed().as_secs_f64();
+            let left = secs / last_progress.max(1) as f64
+                * (o.requests - last_progress.min(o.requests)) as f64;
             eprintln!(
-                "replay: {} requests sent in {:.0}s",
-                last_progress,
-                started.elapsed().as_secs_f64()
+                "replay: {last_progress} of {} requests sent in {secs:.0}s, about {left:.0}s of traffic left",
+                o.requests
             );
         }
     }
