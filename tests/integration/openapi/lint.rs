@@ -15,7 +15,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::deploy::tools::{assert_success, repo_root, run};
 use crate::openapi::spec::spec;
@@ -72,129 +72,64 @@ fn redocly_lint_passes() {
     assert_success(&cmd, &out);
 }
 
-/// The ruleset is only worth its green runs if it goes red: each case breaks one of the
-/// project's rules in a copy of the document, and linting the copy must report every one. A
-/// rule whose `where` no longer matches (after an edit, or a new CLI version), or a plugin that
-/// no longer loads, fails here instead of passing everything.
+/// Each line breaks one rule in a copy of the document: the rule that must report, the JSON
+/// pointer of the change, and the new value (JSON), or `-` to remove what is there.
+const BROKEN: &str = r##"
+rule/openapi-3-1                   /openapi "3.1.1"
+operation-tag-defined              /paths/~1transfers/post/tags ["money"]
+rule/operation-tags                /paths/~1session/post/tags []
+rule/operation-security            /paths/~1transfers~1{id}/get/security -
+rule/path-servers                  /paths/~1accounts~1{id}/servers -
+rule/path-preflight                /paths/~1accounts~1{id}/options -
+rule/preflight-statuses            /paths/~1session/options/responses/405 -
+rule/path-parameters-required      /paths/~1transfers~1{id}/get/parameters/0/required false
+rule/numeric-statuses              /paths/~1transfers/post/responses/4XX {"$ref": "#/components/responses/InternalError"}
+rule/response-headers              /components/responses/ViewerAddressInvalid/headers -
+rule/response-request-id           /components/responses/RouteNotFound/headers/X-Request-Id -
+rule/contract-headers-required     /components/headers/X-Request-Id/required false
+rule/retry-after                   /components/responses/RequestInProgress/headers/Retry-After -
+rule/rate-limited-headers          /components/responses/RateLimited/headers/RateLimit-Policy -
+rule/rate-limited-headers-required /components/responses/RateLimited/headers/RateLimit/required false
+rule/method-not-allowed-allow      /components/responses/MethodNotAllowedGet/headers/Allow -
+rule/unauthorized-www-authenticate /components/responses/Unauthorized/headers/WWW-Authenticate -
+rule/created-location              /paths/~1transfers/post/responses/201/headers/Location -
+rule/session-no-store              /paths/~1session/post/responses/200/headers/Cache-Control -
+rule/preflight-headers             /components/responses/PreflightGet/headers/Vary -
+rule/preflight-headers-required    /components/responses/PreflightGetPut/headers/Vary/required false
+rule/preflight-no-body             /components/responses/PreflightPost/content {"text/plain": {}}
+rule/response-body                 /paths/~1transfers~1{id}/get/responses/200/content -
+rule/success-media-type            /paths/~1accounts~1{id}/get/responses/200/content/text~1plain {}
+rule/error-media-type              /components/responses/PayloadTooLarge/content/application~1json {}
+no-invalid-schema-examples         /components/schemas/AccountId/examples ["not an id"]
+tollgate/problem-codes             /components/schemas/ProblemUnauthorized/title "Unauthorized"
+tollgate/allowed-methods           /components/responses/PreflightGetPut/headers/Access-Control-Allow-Methods/schema/const "GET"
+"##;
+
+/// The ruleset is only worth its green runs if it goes red: linting a copy of the document
+/// broken as [`BROKEN`] says must report every one of those rules. A rule whose `where` no
+/// longer matches (after an edit, or a new CLI version), or a plugin that no longer loads, fails
+/// here instead of passing everything.
 #[test]
 fn the_lint_catches_broken_documents() {
-    // (the rule that must report, where the copy is changed, the new value or None to remove).
-    let cases: &[(&str, &str, Option<Value>)] = &[
-        ("rule/openapi-3-1", "/openapi", Some(json!("3.1.1"))),
-        ("operation-tag-defined", "/paths/~1transfers/post/tags", Some(json!(["money"]))),
-        ("rule/operation-tags", "/paths/~1session/post/tags", Some(json!([]))),
-        ("rule/operation-security", "/paths/~1transfers~1{id}/get/security", None),
-        ("rule/path-servers", "/paths/~1accounts~1{id}/servers", None),
-        ("rule/path-preflight", "/paths/~1accounts~1{id}/options", None),
-        ("rule/preflight-statuses", "/paths/~1session/options/responses/405", None),
-        (
-            "rule/path-parameters-required",
-            "/paths/~1transfers~1{id}/get/parameters/0/required",
-            Some(json!(false)),
-        ),
-        (
-            "rule/numeric-statuses",
-            "/paths/~1transfers/post/responses/4XX",
-            Some(json!({"$ref": "#/components/responses/InternalError"})),
-        ),
-        ("rule/response-headers", "/components/responses/ViewerAddressInvalid/headers", None),
-        (
-            "rule/response-request-id",
-            "/components/responses/RouteNotFound/headers/X-Request-Id",
-            None,
-        ),
-        (
-            "rule/contract-headers-required",
-            "/components/headers/X-Request-Id/required",
-            Some(json!(false)),
-        ),
-        (
-            "rule/retry-after",
-            "/components/responses/RequestInProgress/headers/Retry-After",
-            None,
-        ),
-        (
-            "rule/rate-limited-headers",
-            "/components/responses/RateLimited/headers/RateLimit-Policy",
-            None,
-        ),
-        (
-            "rule/rate-limited-headers-required",
-            "/components/responses/RateLimited/headers/RateLimit/required",
-            Some(json!(false)),
-        ),
-        (
-            "rule/method-not-allowed-allow",
-            "/components/responses/MethodNotAllowedGet/headers/Allow",
-            None,
-        ),
-        (
-            "rule/unauthorized-www-authenticate",
-            "/components/responses/Unauthorized/headers/WWW-Authenticate",
-            None,
-        ),
-        (
-            "rule/created-location",
-            "/paths/~1transfers/post/responses/201/headers/Location",
-            None,
-        ),
-        (
-            "rule/session-no-store",
-            "/paths/~1session/post/responses/200/headers/Cache-Control",
-            None,
-        ),
-        ("rule/preflight-headers", "/components/responses/PreflightGet/headers/Vary", None),
-        (
-            "rule/preflight-headers-required",
-            "/components/responses/PreflightGetPut/headers/Vary/required",
-            Some(json!(false)),
-        ),
-        (
-            "rule/preflight-no-body",
-            "/components/responses/PreflightPost/content",
-            Some(json!({"application/json": {"schema": {"type": "object"}}})),
-        ),
-        ("rule/response-body", "/paths/~1transfers~1{id}/get/responses/200/content", None),
-        (
-            "rule/success-media-type",
-            "/paths/~1accounts~1{id}/get/responses/200/content/text~1plain",
-            Some(json!({"schema": {"type": "string"}})),
-        ),
-        (
-            "rule/error-media-type",
-            "/components/responses/PayloadTooLarge/content/application~1json",
-            Some(json!({"schema": {"type": "object"}})),
-        ),
-        (
-            "no-invalid-schema-examples",
-            "/components/schemas/AccountId/examples",
-            Some(json!(["not an id"])),
-        ),
-        (
-            "tollgate/problem-codes",
-            "/components/schemas/ProblemUnauthorized/title",
-            Some(json!("Unauthorized")),
-        ),
-        (
-            "tollgate/allowed-methods",
-            "/components/responses/PreflightGetPut/headers/Access-Control-Allow-Methods/schema/const",
-            Some(json!("GET")),
-        ),
-    ];
     let mut doc = spec().doc.clone();
-    for (_, pointer, value) in cases {
+    let mut rules = Vec::new();
+    for line in BROKEN.lines().filter(|l| !l.trim().is_empty()) {
+        let words = |text: &'static str| text.trim().split_once(char::is_whitespace);
+        let (rule, rest) = words(line).unwrap_or_else(|| panic!("{line}: no pointer"));
+        let (pointer, change) = words(rest).unwrap_or_else(|| panic!("{line}: no change"));
+        let change = change.trim();
+        rules.push(rule);
         let (parent, key) = pointer.rsplit_once('/').unwrap();
         let key = key.replace("~1", "/").replace("~0", "~");
         let parent = doc
             .pointer_mut(parent)
             .and_then(Value::as_object_mut)
             .unwrap_or_else(|| panic!("openapi.yaml has no object at {parent}"));
-        match value {
-            None => assert!(
-                parent.remove(&key).is_some(),
-                "nothing to remove at {pointer}"
-            ),
-            Some(value) => drop(parent.insert(key, value.clone())),
+        if change == "-" {
+            assert!(parent.remove(&key).is_some(), "nothing at {pointer}");
+        } else {
+            let value = serde_json::from_str(change).unwrap_or_else(|e| panic!("{line}: {e}"));
+            parent.insert(key, value);
         }
     }
     let broken = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openapi-broken.json");
@@ -213,9 +148,8 @@ fn the_lint_catches_broken_documents() {
         .iter()
         .filter_map(|p| p["ruleId"].as_str())
         .collect();
-    let missed: Vec<&str> = cases
-        .iter()
-        .map(|(rule, _, _)| *rule)
+    let missed: Vec<&str> = rules
+        .into_iter()
         .filter(|rule| !reported.contains(rule))
         .collect();
     assert!(!out.status.success(), "the broken copy passed the lint");
