@@ -11,7 +11,7 @@
 //! `lint` has Redocly CLI check the document's own structure and the project's conventions for
 //! it (`redocly.yaml` at the repository root). `document` holds the other checks that need no
 //! running function: its error catalogue against the library's, and its request schema against
-//! the transfer parser.
+//! the transfer parser. `validator` proves the response validator of `spec` goes red on drift.
 
 mod cors;
 mod coverage;
@@ -21,6 +21,7 @@ mod operator;
 mod session;
 mod spec;
 mod transfers;
+mod validator;
 
 /// Declares conformance tests: `module::test => [("METHOD /path", status), ...];`. The test
 /// runs `module::test(&checker)` and asserts the checker saw exactly the listed pairs.
