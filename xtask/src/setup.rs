@@ -52,7 +52,8 @@ pub struct Tools {
     pub venv_bin: PathBuf,
     /// The `node_modules` of `web/package.json`'s pinned packages (TypeScript
     /// for the client's type check; werift and playwright-core for the dev
-    /// server and the browser tests): `NODE_PATH` for `web/dev/*.cjs`.
+    /// server and the browser tests; `@redocly/cli`, which the OpenAPI tests
+    /// find here to lint `openapi.yaml`): `NODE_PATH` for `web/dev/*.cjs`.
     pub web_modules: PathBuf,
 }
 

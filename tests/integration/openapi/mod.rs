@@ -8,17 +8,20 @@
 //! status the document lists (or that the status is in `coverage::NOT_PRODUCIBLE` with a
 //! reason). A status the document lists and nobody checks cannot creep in unnoticed.
 //!
-//! `document` holds the checks that need no running function: the document's own structure,
-//! its error catalogue against the library's, and its request schema against the transfer
-//! parser.
+//! `lint` has Redocly CLI check the document's own structure and the project's conventions for
+//! it (`redocly.yaml` at the repository root). `document` holds the other checks that need no
+//! running function: its error catalogue against the library's, and its request schema against
+//! the transfer parser. `validator` proves the response validator of `spec` goes red on drift.
 
 mod cors;
 mod coverage;
 mod document;
+mod lint;
 mod operator;
 mod session;
 mod spec;
 mod transfers;
+mod validator;
 
 /// Declares conformance tests: `module::test => [("METHOD /path", status), ...];`. The test
 /// runs `module::test(&checker)` and asserts the checker saw exactly the listed pairs.
