@@ -732,40 +732,23 @@ done
         deploy(&Args::default(), &b.tools(), &b.root, Some(answers)).unwrap();
 
         let calls = b.calls();
+        // Every call in order, each known by a part of its command line.
+        const ORDER: [&str; 9] = [
+            "configure get region",
+            "ssm get-parameters",
+            "ssm get-parameter --with-decryption",
+            "sam build --region us-test-1",
+            "sam deploy --region us-test-1",
+            "describe-stacks",
+            "s3 sync",
+            "s3 cp -",
+            "create-invalidation",
+        ];
         let kinds: Vec<&str> = calls
             .iter()
-            .map(|c| {
-                [
-                    "configure get region",
-                    "ssm get-parameters",
-                    "ssm get-parameter --with-decryption",
-                    "sam build --region us-test-1",
-                    "sam deploy --region us-test-1",
-                    "describe-stacks",
-                    "s3 sync",
-                    "s3 cp -",
-                    "create-invalidation",
-                ]
-                .into_iter()
-                .find(|k| c.contains(k))
-                .unwrap_or(c)
-            })
+            .map(|c| ORDER.into_iter().find(|k| c.contains(k)).unwrap_or(c))
             .collect();
-        assert_eq!(
-            kinds,
-            [
-                "configure get region",
-                "ssm get-parameters",
-                "ssm get-parameter --with-decryption",
-                "sam build --region us-test-1",
-                "sam deploy --region us-test-1",
-                "describe-stacks",
-                "s3 sync",
-                "s3 cp -",
-                "create-invalidation"
-            ],
-            "{calls:#?}"
-        );
+        assert_eq!(kinds, ORDER, "{calls:#?}");
         assert!(
             calls.iter().all(|c| !c.contains(SECRET)),
             "the secret reached a command line: {calls:#?}"
