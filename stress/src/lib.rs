@@ -18,6 +18,14 @@
 //! - [`report`]: the reports' prose is in `templates/*.md`, rendered with minijinja.
 //!
 //! The fault proxy and the OpenAI stand-in come from `tollgate-tests` too: one of each.
+//!
+//! What is here is what only this project needs: a reconciliation of DynamoDB against an
+//! independent ledger of a day of traffic, attack drills that assert exact admissions per key,
+//! and a Lambda runtime emulator whose pool can SIGKILL one process mid-invocation (no local
+//! Lambda tool does; `cargo lambda watch` serves the dev stack, which needs none of it). The
+//! rest is done by the tools made for it: Schemathesis from its checked-in configuration
+//! (`bench/schemathesis/`), quantiles by `hdrhistogram`, pictures by `plotters` ([`plot`]), the
+//! one seeded generator by `fastrand`, the reports' prose by `minijinja`.
 
 pub mod bench;
 pub mod drill;
