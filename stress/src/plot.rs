@@ -47,7 +47,11 @@ pub struct Bar {
 }
 
 const PANEL_W: u32 = 560;
-const PANEL_H: u32 = 380;
+const PANEL_H: u32 = 400;
+/// Pixels per bar (and per gap between groups) in a bar panel.
+const SLOT_W: f64 = 40.0;
+/// Characters of a group's label per line (it wraps at spaces).
+const LABEL_CHARS: usize = 18;
 /// Colour-blind-safe (Okabe-Ito), in the order series and parts first appear.
 const PALETTE: [RGBColor; 7] = [
     RGBColor(0, 114, 178),
@@ -73,7 +77,7 @@ pub fn lines(
     panels: &[LinePanel],
     columns: usize,
 ) -> Result<(), PlotError> {
-    draw(path, title, panels.len(), columns, |area, i| {
+    draw(path, title, panels.len(), columns, PANEL_W, |area, i| {
         line_panel(area, &panels[i])
     })
 }
@@ -85,7 +89,10 @@ pub fn bars(
     panels: &[BarPanel],
     columns: usize,
 ) -> Result<(), PlotError> {
-    draw(path, title, panels.len(), columns, |area, i| {
+    // Wide enough for every bar and its group's label.
+    let widest = panels.iter().map(slots).fold(0.0, f64::max);
+    let panel_w = PANEL_W.max((widest * SLOT_W) as u32 + 120);
+    draw(path, title, panels.len(), columns, panel_w, |area, i| {
         bar_panel(area, &panels[i])
     })
 }
@@ -98,11 +105,12 @@ fn draw(
     title: &str,
     n: usize,
     columns: usize,
+    panel_w: u32,
     mut panel: impl FnMut(&Area<'_>, usize) -> Drawn,
 ) -> Result<(), PlotError> {
     let columns = columns.clamp(1, n.max(1));
     let rows = n.div_ceil(columns).max(1);
-    let size = (PANEL_W * columns as u32, PANEL_H * rows as u32 + 40);
+    let size = (panel_w * columns as u32, PANEL_H * rows as u32 + 40);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| error(path, e))?;
     }
@@ -174,13 +182,16 @@ fn line_panel(area: &Area<'_>, p: &LinePanel) -> Drawn {
             ("sans-serif", 12).into_font().color(&BLACK.mix(0.7)),
         )))?;
     }
-    legend(&mut chart)
+    legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
-fn legend<'a, CT: CoordTranslate>(chart: &mut ChartContext<'a, SVGBackend<'a>, CT>) -> Drawn {
+fn legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> Drawn {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .label_font(("sans-serif", 13))
@@ -188,14 +199,32 @@ fn legend<'a, CT: CoordTranslate>(chart: &mut ChartContext<'a, SVGBackend<'a>, C
     Ok(())
 }
 
-fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
-    // One unit per bar, one more between groups.
-    let slots: f64 = p
-        .groups
+/// A bar panel's width in bars: one unit per bar, one more between groups.
+fn slots(p: &BarPanel) -> f64 {
+    p.groups
         .iter()
         .map(|(_, b)| b.len() as f64 + 1.0)
         .sum::<f64>()
-        - 1.0;
+        - 1.0
+}
+
+/// `text` in lines of at most about [`LABEL_CHARS`] characters, broken at spaces.
+fn wrap(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.len() + 1 + word.len() <= LABEL_CHARS => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
+}
+
+fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
+    let slots = slots(p);
     let top = p
         .groups
         .iter()
@@ -207,7 +236,7 @@ fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
     let mut chart = ChartBuilder::on(area)
         .caption(&p.title, ("sans-serif", 16))
         .margin(12)
-        .x_label_area_size(50)
+        .x_label_area_size(100)
         .y_label_area_size(56)
         // Room above the tallest bar for its total and the legend.
         .build_cartesian_2d(-0.2..(slots.max(1.0) + 0.2), 0.0..(top * 1.5).max(1e-9))?;
@@ -252,11 +281,13 @@ fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
             x += 1.0;
         }
         let (px, py) = chart.backend_coord(&((start + x) / 2.0, 0.0));
-        area.draw(&Text::new(
-            group.clone(),
-            (px - 3 * group.len() as i32, py + 24),
-            ("sans-serif", 13).into_font(),
-        ))?;
+        for (k, line) in wrap(group).iter().enumerate() {
+            area.draw(&Text::new(
+                line.clone(),
+                (px - 3 * line.len() as i32, py + 22 + 15 * k as i32),
+                ("sans-serif", 12).into_font(),
+            ))?;
+        }
         x += 1.0;
     }
     for (i, part) in parts.iter().enumerate() {
@@ -266,7 +297,7 @@ fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
             .label(part.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    legend(&mut chart)
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 /// A value with the few digits a bar's label needs.
@@ -285,6 +316,20 @@ impl std::fmt::Display for Rounded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_labels_wrap_at_spaces() {
+        assert_eq!(
+            wrap("one client token from rotating addresses (transfer)"),
+            [
+                "one client token",
+                "from rotating",
+                "addresses",
+                "(transfer)"
+            ]
+        );
+        assert_eq!(wrap("new"), ["new"]);
+    }
 
     #[test]
     fn both_kinds_write_an_svg_holding_their_titles_labels_and_one_shape_per_bar_part() {

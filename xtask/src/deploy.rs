@@ -1,7 +1,7 @@
 //! `cargo xtask deploy`: the stack on AWS in one command.
 //!
-//! `sam build` → the SSM parameters checked (a missing one stops the deploy before anything is
-//! changed, with the command that creates it) → `sam deploy` → the stack's outputs read back →
+//! The SSM parameters checked (a missing one stops the deploy before anything is built or
+//! changed, with the command that creates it) → `sam build` → `sam deploy` → the stack's outputs read back →
 //! the page uploaded and CloudFront's copies invalidated (`Frontend=cloudfront`) → the URLs
 //! printed and the outputs recorded in `.dev/deployed.json`, where the operator CLI finds the
 //! stack's region and table names (`tollgate …` then needs no exported variables, and says

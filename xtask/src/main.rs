@@ -61,7 +61,7 @@ enum Cmd {
     /// against a fresh DynamoDB Local, the web client's checks, then e2e, browser, a
     /// 2,000-request replay and the short drills
     Test(test::Args),
-    /// The stack on AWS: sam build, the SSM parameters checked, sam deploy, the page uploaded and
+    /// The stack on AWS: the SSM parameters checked, sam build, sam deploy, the page uploaded and
     /// invalidated, the URLs printed and the outputs recorded in .dev/deployed.json for the
     /// `tollgate` CLI (the first time asks four questions)
     Deploy(deploy::Args),
