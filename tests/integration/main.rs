@@ -17,3 +17,4 @@ mod guards;
 mod openapi;
 mod session;
 mod transfer;
+mod workspace;
