@@ -115,7 +115,7 @@ pub struct Tools {
 
 /// `cargo xtask deploy`.
 pub fn run(args: Args) -> Result {
-    let venv_bin = crate::setup::python_tools()?;
+    let venv_bin = crate::setup::python_tools_alone()?;
     let path = util::path_with(&venv_bin)?;
     let aws = std::env::split_paths(&path)
         .map(|dir| dir.join("aws"))

@@ -84,6 +84,13 @@ pub fn all(needs: &[Need]) -> Result<Tools> {
     })
 }
 
+/// The venv's `bin/` (`sam`, `cargo-lambda`, zig) after making sure Python is there, for a
+/// command that needs nothing else of [`all`] (`deploy`).
+pub fn python_tools_alone() -> Result<PathBuf> {
+    system::ensure(&System::real(), &[Need::Python])?;
+    python_tools()
+}
+
 /// Installs `web/package.json`'s pinned packages, exactly as `web/package-lock.json` has them
 /// (`npm ci`), into `<cache>/web-npm`: nothing is installed into the repository. The marker is
 /// the lock file installed from, so a changed lock reinstalls.
