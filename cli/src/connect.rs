@@ -158,6 +158,15 @@ pub fn resolve(env: &Env, cwd: &Path, explicit: Option<&Path>) -> Result<Target,
     })
 }
 
+/// A stack that is not running, or a region that cannot be reached, should fail fast, not
+/// after the SDK's defaults.
+fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .operation_attempt_timeout(Duration::from_secs(5))
+        .build()
+}
+
 /// A DynamoDB client for `target`.
 pub async fn dynamodb(target: &Target, env: &Env) -> Client {
     match target {
@@ -173,25 +182,14 @@ pub async fn dynamodb(target: &Target, env: &Env) -> Client {
                     "tollgate-local-stack",
                 ))
                 .endpoint_url(endpoint)
-                // A stack that is not running should fail fast, not after the SDK's defaults.
-                .timeout_config(
-                    TimeoutConfig::builder()
-                        .connect_timeout(Duration::from_secs(2))
-                        .operation_attempt_timeout(Duration::from_secs(5))
-                        .build(),
-                )
+                .timeout_config(timeouts())
                 .build();
             Client::from_conf(config)
         }
         Target::Deployed(d) => {
             let mut loader = aws_config::defaults(BehaviorVersion::latest())
                 .region(Region::new(d.region.clone()))
-                .timeout_config(
-                    TimeoutConfig::builder()
-                        .connect_timeout(Duration::from_secs(2))
-                        .operation_attempt_timeout(Duration::from_secs(5))
-                        .build(),
-                );
+                .timeout_config(timeouts());
             if let Some(profile) = &d.profile {
                 loader = loader.profile_name(profile);
             }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tollgate_tests::capacity::OpCapacity;
 
 use super::capacity::{self, CapacityFigures};
-use super::stats::Quantiles;
+use super::stats::{quantile, Quantiles};
 
 /// Blocks per side and phase: an even number, so each side runs first in as many pairs as the
 /// other (fewer when a phase has fewer requests than this).
@@ -167,7 +167,7 @@ impl Blocks {
         let order = |a_first: bool| {
             let a = self.merged(Which::A, Some(a_first));
             let b = self.merged(Which::B, Some(a_first));
-            let median = |p: &Phase| Quantiles::of(&p.lat_ms).median;
+            let median = |p: &Phase| quantile(&p.lat_ms, 0.5);
             Order {
                 pairs: self
                     .done

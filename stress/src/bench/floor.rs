@@ -46,7 +46,7 @@ use tollgate_tests::events::HttpEvent;
 use transfer::App;
 
 use super::blocks::{schedule, Blocks, ByOrder, Phase, PhaseFigures, Which};
-use super::stats::{ms, Quantiles};
+use super::stats::{ms, quantile};
 use super::transfer_app::{self, MAX_BALANCE};
 use super::{BenchError, WARMUP};
 
@@ -63,7 +63,7 @@ pub const ROUNDS: usize = 3;
 
 /// The guarded median over the bare one, over `blocks`.
 fn ratio_of(blocks: &Blocks) -> f64 {
-    let median = |p: &Phase| Quantiles::of(&p.lat_ms).median;
+    let median = |p: &Phase| quantile(&p.lat_ms, 0.5);
     median(&blocks.side(Which::A)) / median(&blocks.side(Which::B))
 }
 
@@ -122,9 +122,9 @@ impl Split {
                 .zip(&p.wire_ms)
                 .map(|(l, w)| l - w)
                 .collect();
-            Quantiles::of(&own).median
+            quantile(&own, 0.5)
         };
-        let wire = |p: &Phase| Quantiles::of(&p.wire_ms).median;
+        let wire = |p: &Phase| quantile(&p.wire_ms, 0.5);
         Self {
             guarded_own: own(guarded),
             guarded_wire: wire(guarded),
@@ -181,7 +181,7 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
             rounds.push(ratio);
         }
         let (guarded, bare) = (blocks.side(Which::A), blocks.side(Which::B));
-        let median = |p: &Phase| Quantiles::of(&p.lat_ms).median;
+        let median = |p: &Phase| quantile(&p.lat_ms, 0.5);
         let ratio = ratio_of(&blocks);
         println!(
             "floor ({limits}): guarded median {:.2} ms, bare {:.2} ms, ratio {ratio:.3}",
