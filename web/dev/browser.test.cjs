@@ -104,11 +104,17 @@ test.after(async () => {
   await browser?.close();
 });
 
-/** A fresh page at `url`, with the counters and the dev server reset. */
-async function open(t, url = pageUrl()) {
+/**
+ * A fresh page at `url`, with the counters and the dev server reset. With `clock`, the page's
+ * timers run on Playwright's clock: time flows as usual until a test moves it on with
+ * `page.clock.runFor`, which fires every timer due in that span at once (the page's own
+ * waits, as [`quiet`] uses them), without the test waiting that long.
+ */
+async function open(t, url = pageUrl(), { clock = false } = {}) {
   cli("limits", "reset", "--function", "ephemeral-key", "--layer", "ip", "--key", "127.0.0.1");
   await control({ reset: true });
   const context = await browser.newContext();
+  if (clock) await context.clock.install();
   const page = await context.newPage();
   const console = [];
   page.on("console", (m) => console.push(m.text()));
@@ -122,6 +128,21 @@ async function open(t, url = pageUrl()) {
 
 const state = (page) => page.locator("#status").getAttribute("data-state");
 const detail = async (page) => (await page.locator("#detail").textContent()) || "";
+
+/**
+ * Moves the page's clock `ms` on (every timer due in that span fires) and returns the
+ * `/api/session` requests the page started meanwhile: a page that would retry within `ms`
+ * retries here. The short real wait lets a request a timer started reach the dev server's log.
+ */
+async function quiet(page, ms) {
+  const started = [];
+  const seen = (r) => r.url().endsWith("/api/session") && started.push(r.method());
+  page.on("request", seen);
+  await page.clock.runFor(ms);
+  await sleep(1_000);
+  page.off("request", seen);
+  return started;
+}
 
 async function waitState(page, wanted, ms) {
   await until(`#status data-state=${wanted}`, async () => (await state(page)) === wanted, ms);
@@ -185,7 +206,7 @@ test("a dropped call reconnects after at least 3 s with the secret it holds: no 
 });
 
 test("the third session of the window gets 429: the page shows the wait and sends nothing more", async (t) => {
-  const page = await open(t);
+  const page = await open(t, pageUrl(), { clock: true });
   // Secrets that do not outlive a reconnect's wait: each reconnect needs a new session.
   await control({ dropCallsAfterMs: 1000, secretLifetimeS: 5 });
   await page.click("#start");
@@ -195,8 +216,12 @@ test("the third session of the window gets 429: the page shows the wait and send
   assert.match(d, /\d/, `the wait is shown: ${d}`);
   const before = (await serverLog()).sessions;
   assert.deepEqual(before.map((s) => s.status), [200, 200, 429]);
-  // 30 s of observation while the stand-in would keep dropping calls: nothing more.
-  await sleep(30_000);
+  // The page's time moved on to just before the 429's Retry-After (at most ten minutes; the
+  // sliding hour keeps the two units for half an hour or more): every wait it set fires, and
+  // nothing more is sent.
+  const wait = Math.min(10 * 60_000, before[2].retryAfter * 1000 - 5_000);
+  assert.ok(wait >= 60_000, `Retry-After ${before[2].retryAfter} s`);
+  assert.deepEqual(await quiet(page, wait), [], "the page started no request after the 429");
   const after = (await serverLog()).sessions;
   assert.equal(after.length, before.length, "no request to /session after the 429");
   assert.equal(await state(page), "rate_limited");
@@ -205,7 +230,7 @@ test("the third session of the window gets 429: the page shows the wait and send
 });
 
 test("kill switch on: the operator's message is shown and nothing more is sent", async (t) => {
-  const page = await open(t);
+  const page = await open(t, pageUrl(), { clock: true });
   const message = "Voice is paused for maintenance until 14:00 UTC.";
   await killSwitch(true, message);
   t.after(() => killSwitch(false));
@@ -215,7 +240,7 @@ test("kill switch on: the operator's message is shown and nothing more is sent",
   await screenshot(page, "disabled");
   const sent = (await serverLog()).sessions.length;
   assert.equal(sent, 1);
-  await sleep(8_000);
+  assert.deepEqual(await quiet(page, 10 * 60_000), [], "no request in ten minutes of the page's time");
   assert.equal((await serverLog()).sessions.length, sent, "no further request");
 });
 
