@@ -92,6 +92,20 @@ pub enum Command {
     Bench(bench::Options),
 }
 
+/// Wall-clock milliseconds since the epoch: the functions count their rate limits on this
+/// clock, so an admission happened between its request's sending and its answer.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Sleeps until [`now_ms`] reaches `ms` (at once if it has).
+pub async fn sleep_until(ms: u64) {
+    let wait = ms.saturating_sub(now_ms());
+    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+}
+
 /// Any failure of a run: a violation found, or a stack that would not work.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 

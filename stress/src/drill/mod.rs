@@ -18,7 +18,7 @@ mod pictures;
 use std::path::PathBuf;
 
 use crate::limits::Limits;
-use crate::stack::{self, random_hex, HarnessStack};
+use crate::stack::{self, HarnessStack};
 use crate::Global;
 
 /// What `--help` says beyond the one-line summary.
@@ -51,7 +51,7 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     let window = if o.short { 5 } else { 10 };
     let settings = drills::Settings {
         short: o.short,
-        origin_secret: random_hex(16)?,
+        origin_secret: tollgate::ids::random_hex(16),
         limits: Limits::new(
             format!("ip=5/{window}s,global=100000/1d"),
             format!("ip=20/{window}s,client=5/{window}s"),
