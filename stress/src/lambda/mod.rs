@@ -24,7 +24,57 @@ pub mod runtime_api;
 pub use front::Front;
 pub use pool::{Pool, PoolSpec, SourceIp};
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// A JSON answer of the emulator's own (a runtime API status, the front's 404 or 504).
+fn answer(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Listens on a free loopback port and serves every connection (HTTP/1.1) with `serve`, given
+/// the peer's address; the task accepts until aborted. A connection's errors (a process that
+/// dies closes its connections) are nothing to report.
+async fn listen<F, Fut>(serve: F) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
+where
+    F: Fn(SocketAddr, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+    let addr = listener.local_addr()?;
+    let accept = tokio::spawn(async move {
+        while let Ok((stream, peer)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let serve = serve.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let reply = serve(peer, req);
+                    async move { Ok::<_, Infallible>(reply.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok((addr, accept))
+}
 
 /// No HTTP answer from an invocation.
 #[derive(Debug, Clone, thiserror::Error)]
