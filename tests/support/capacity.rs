@@ -112,6 +112,18 @@ impl OpCapacity {
         *self.unmeasured.entry(code.to_string()).or_default() += 1;
     }
 
+    /// Adds `other`'s answers, units and transactions to these.
+    pub fn add(&mut self, other: &OpCapacity) {
+        self.measured += other.measured;
+        self.read_units += other.read_units;
+        self.write_units += other.write_units;
+        for (code, n) in &other.unmeasured {
+            *self.unmeasured.entry(code.clone()).or_default() += n;
+        }
+        self.transact_items += other.transact_items;
+        self.transact_units += other.transact_units;
+    }
+
     /// Every answer, measured or not.
     pub fn answers(&self) -> usize {
         self.measured + self.unmeasured.values().sum::<usize>()
@@ -176,6 +188,13 @@ fn value_size(value: &Value) -> usize {
                 .sum::<usize>()
         }
         _ => 0,
+    }
+}
+
+/// Adds `from` to `into`, operation by operation.
+pub fn merge(into: &mut BTreeMap<String, OpCapacity>, from: &BTreeMap<String, OpCapacity>) {
+    for (op, c) in from {
+        into.entry(op.clone()).or_default().add(c);
     }
 }
 

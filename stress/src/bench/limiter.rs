@@ -31,7 +31,7 @@ use tollgate::ratelimit::{
     Admission, Layer, LimitCheck, RateLimit, RateLimiter, Shards, Verdict,
     DEFAULT_BLOCK_CACHE_MAX_AGE,
 };
-use tollgate_tests::capacity::{CapacityMeter, OpCapacity};
+use tollgate_tests::capacity::{merge, CapacityMeter, OpCapacity};
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo::{self, Tables};
 
@@ -219,21 +219,6 @@ fn limit(layer: Layer, limit: u32, window: Duration) -> Result<RateLimit, BenchE
     RateLimit::new(layer, limit, window).map_err(|e| BenchError::Setup(format!("a limit: {e}")))
 }
 
-/// Adds `from` to `into`, operation by operation.
-fn merge(into: &mut BTreeMap<String, OpCapacity>, from: BTreeMap<String, OpCapacity>) {
-    for (op, c) in from {
-        let e = into.entry(op).or_default();
-        e.measured += c.measured;
-        e.read_units += c.read_units;
-        e.write_units += c.write_units;
-        e.transact_items += c.transact_items;
-        e.transact_units += c.transact_units;
-        for (code, n) in c.unmeasured {
-            *e.unmeasured.entry(code).or_default() += n;
-        }
-    }
-}
-
 /// The client, its counters, and the tables every section uses.
 struct Bench {
     ddb: Client,
@@ -366,7 +351,7 @@ async fn sliding(b: &Bench) -> Result<Sliding, BenchError> {
             admit(&limiter, &checks(sliding_first)).await?;
             lat[k].push(ms(t.elapsed()));
             requests[k] += b.counter.total();
-            merge(&mut used[k], b.meter.take());
+            merge(&mut used[k], &b.meter.take());
         }
     }
     let admissions = |k: usize| Admissions {
@@ -400,7 +385,7 @@ async fn sliding(b: &Bench) -> Result<Sliding, BenchError> {
             admit(&roll_limiter, &c).await?;
             first += b.counter.total();
             reads += b.counter.get("GetItem");
-            merge(&mut used, b.meter.take());
+            merge(&mut used, &b.meter.take());
             b.reset();
             admit(&roll_limiter, &c).await?;
             next += b.counter.total();
