@@ -219,9 +219,7 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
     }
     let bin_dir = global.bin_dir()?;
     let bins = binaries::Binaries {
-        dir: bin_dir.clone(),
-        ephemeral_key: bin_dir.join(tollgate_functions::catalog::EPHEMERAL_KEY.name),
-        transfer: bin_dir.join(tollgate_functions::catalog::TRANSFER.name),
+        dir: bin_dir,
         profile: o.functions_profile().into(),
         earlier: o
             .earlier_bin_dir
