@@ -1,23 +1,8 @@
-//! Part 2: the limiter against a bare conditional `UpdateItem`, a sliding window against a fixed
-//! one, what a rejection and a session cost, and what shards buy.
-//!
-//! Every request goes through one client whose SDK interceptors count the requests and ask
-//! each for the capacity it consumed (`tollgate_tests::dynamo::metered_client`); the library
-//! itself asks for nothing.
-//!
-//! 1. Overhead: `RateLimiter::check` with one layer (limit far above the calls, so every call
-//!    is one admitted increment) against `update_item` with the limiter's exact expressions and
-//!    return-value settings, alternating which goes first in each pair so drift and caching hit
-//!    both alike.
-//! 2. Sliding against fixed: the same layer fixed and `:sliding`, alternating in pairs the same
-//!    way; then window rolls on a manual clock, where a sliding layer reads the previous
-//!    window once per key.
-//! 3. Rejections: a full key checked again and again through one limiter, fixed and sliding,
-//!    block cache on and off.
-//! 4. Sessions, as `ephemeral-key` counts them (`ip` then `global`): admitted, and rejected by a
-//!    full `ip` or a full `global` layer, block cache on and off, with their capacity.
-//! 5. Shards: concurrent workers over several limiters (as separate processes would be) through
-//!    one `global` layer of 1 shard and of [`SHARDS`], alternating.
+//! Part 2: the limiter against a bare conditional `UpdateItem` with its exact expressions
+//! (alternating which goes first), sliding windows against fixed ones (and window rolls on a
+//! manual clock), what a rejection and a session cost with and without the block cache, and
+//! admissions per second through 1 shard against [`SHARDS`]. One client's SDK interceptors
+//! count the requests and ask each for its capacity (the library itself asks for nothing).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,20 +1,9 @@
-//! The functions as Lambda runs them, in this process: each function is a pool of its binary's
-//! processes behind a Lambda runtime API emulator, invoked directly or through an HTTP front.
-//!
-//! - [`runtime_api`]: the `2018-06-01` runtime API (`GET /runtime/invocation/next`,
-//!   `POST /runtime/invocation/{id}/response|error`, `POST /runtime/init/error`) on hyper, one
-//!   listener per process, so the emulator knows which process holds which invocation.
-//! - [`pool`]: [`Pool`], K processes of one binary sharing one queue of invocations;
-//!   SIGKILL one ([`Pool::kill`]), add one ([`Pool::spawn_instance`]), restart all with
-//!   other variables ([`Pool::restart`]); [`Pool::invoke`] turns an `http::Request` into
-//!   an event with the workspace's one event builder (`tollgate_tests::events::HttpEvent`) and the
-//!   function's answer back into an `http::Response`.
-//! - [`front`]: an HTTP server that does the same for HTTP clients (an API Gateway stand-in),
-//!   for tools that only speak HTTP (Schemathesis in the bench).
-//!
-//! What a client sees follows Lambda behind a function URL: a process that dies holding an
-//! invocation, or a function that reports an error, answers 502; no answer within the timeout
-//! is [`Lost`] (the front answers 504).
+//! The functions as Lambda runs them: each function is a [`Pool`] of its binary's processes,
+//! each polling its own [`runtime_api`] endpoint (so the emulator knows which process holds which
+//! invocation) over one shared queue; [`Pool::invoke`] turns an `http::Request` into an event
+//! with the one event builder, and [`front`] does the same for HTTP clients (Schemathesis). As
+//! behind a function URL, a process that dies holding an invocation, or a function that reports
+//! an error, answers 502; no answer within the timeout is [`Lost`] (the front answers 504).
 
 pub mod front;
 pub mod pool;
