@@ -1,31 +1,13 @@
-//! The stress harness: replay, drill and bench in one crate that owns its stack.
-//!
-//! Everything but DynamoDB Local runs in this process or as its children, so the drivers arm
-//! faults, kill and restart functions and count requests directly, with no file handshakes:
-//!
-//! - [`lambda`]: a Lambda runtime API emulator (hyper), a pool of function processes per
-//!   function (spawn, SIGKILL, restart), `invoke` with a timeout, and an HTTP front (an API
-//!   Gateway stand-in) for HTTP clients such as Schemathesis. Events are built by the one
-//!   Lambda event builder, `tollgate_tests::events`.
-//! - [`replay`]: a day of hostile transfer traffic through the fault proxy, then a
-//!   reconciliation of DynamoDB against the log.
-//! - [`drill`]: attack drills against the rate limits in `cloudfront` mode.
-//! - [`bench`]: the figures in `docs/benchmarks.md`.
-//! - [`stack`]: what a run owns beside DynamoDB Local: its tables, the fault proxy (not for
-//!   bench part 3, which times the functions alone), the OpenAI stand-in and the function
-//!   pools.
-//! - [`limits`]: a run's two limits variables, for the functions and the report.
-//! - [`report`]: the reports' prose is in `templates/*.md`, rendered with minijinja.
-//!
-//! The fault proxy and the OpenAI stand-in come from `tollgate-tests` too: one of each.
+//! The stress harness: replay, drill and bench in one crate that owns its stack, so the drivers
+//! arm faults, kill and restart functions and count requests by calling them, with no file
+//! handshakes. Only DynamoDB Local runs outside this process and its children.
 //!
 //! What is here is what only this project needs: a reconciliation of DynamoDB against an
-//! independent ledger of a day of traffic, attack drills that assert exact admissions per key,
-//! and a Lambda runtime emulator whose pool can SIGKILL one process mid-invocation (no local
-//! Lambda tool does; `cargo lambda watch` serves the dev stack, which needs none of it). The
-//! rest is done by the tools made for it: Schemathesis from its checked-in configuration
-//! (`bench/schemathesis/`), quantiles by `hdrhistogram`, pictures by `plotters` ([`plot`]), the
-//! one seeded generator by `fastrand`, the reports' prose by `minijinja`.
+//! independent ledger of a day of traffic ([`replay`]), attack drills that assert exact
+//! admissions per key ([`drill`]), and a Lambda runtime emulator whose pool can SIGKILL one
+//! process mid-invocation ([`lambda`]; no local Lambda tool does). The rest is done by the tools
+//! made for it: Schemathesis, `hdrhistogram`, `plotters` ([`plot`]), `fastrand`, `minijinja`
+//! ([`report`]), and `tollgate-tests`' fault proxy, OpenAI stand-in and event builder.
 
 pub mod bench;
 pub mod drill;
@@ -90,6 +72,20 @@ pub enum Command {
     Drill(drill::Options),
     /// The figures in docs/benchmarks.md.
     Bench(bench::Options),
+}
+
+/// Wall-clock milliseconds since the epoch: the functions count their rate limits on this
+/// clock, so an admission happened between its request's sending and its answer.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Sleeps until [`now_ms`] reaches `ms` (at once if it has).
+pub async fn sleep_until(ms: u64) {
+    let wait = ms.saturating_sub(now_ms());
+    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
 }
 
 /// Any failure of a run: a violation found, or a stack that would not work.

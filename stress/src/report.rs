@@ -9,16 +9,25 @@ use std::path::Path;
 use minijinja::Environment;
 use serde::Serialize;
 
-/// Renders `template` (a file of `templates/`, by name) with `context`.
+/// Renders `template` (a file of `templates/`, by name, which may include `others`) with
+/// `context`; undefined values are errors, and `x|fixed(n)` prints `n` decimals.
 pub fn render(
     name: &str,
     template: &str,
+    others: &[(&'static str, &'static str)],
     context: impl Serialize,
 ) -> Result<String, minijinja::Error> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(true);
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.add_filter("fixed", |value: f64, digits: usize| {
+        format!("{value:.digits$}")
+    });
+    for (name, source) in others {
+        env.add_template(name, source)?;
+    }
     env.add_template(name, template)?;
     env.get_template(name)?.render(context)
 }
@@ -31,7 +40,7 @@ pub fn publish(
     figures: impl Serialize,
     path: Option<&Path>,
 ) -> Result<(), crate::Error> {
-    let report = render(name, template, figures)?;
+    let report = render(name, template, &[], figures)?;
     println!("{report}");
     if let Some(path) = path {
         std::fs::write(path, &report)
@@ -50,6 +59,7 @@ mod tests {
         let out = render(
             "t",
             "# T\n\n{% for x in xs %}\n- {{ x }}\n{% endfor %}\nend\n",
+            &[],
             serde_json::json!({"xs": [1, 2]}),
         )
         .unwrap();

@@ -72,8 +72,6 @@ pub enum Error {
         path: String,
         source: std::io::Error,
     },
-    #[error("no randomness for the run's secrets: {0}")]
-    Random(getrandom::Error),
     #[error(transparent)]
     Function(#[from] lambda::Error),
     #[error("cannot seed a client and its accounts: {0}")]
@@ -87,13 +85,6 @@ pub struct Seeded {
     pub token: String,
     /// In the order of the balances asked for.
     pub accounts: Vec<String>,
-}
-
-/// `n` random bytes as hex: a secret for this run.
-pub fn random_hex(n: usize) -> Result<String, Error> {
-    let mut bytes = vec![0u8; n];
-    getrandom::fill(&mut bytes).map_err(Error::Random)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl HarnessStack {
@@ -116,7 +107,7 @@ impl HarnessStack {
             path: logs.display().to_string(),
             source,
         })?;
-        let internal_token = format!("stress-{}", random_hex(16)?);
+        let internal_token = format!("stress-{}", tollgate::ids::random_hex(16));
         let mut env = vec![
             ("DYNAMODB_ENDPOINT".to_string(), endpoint.clone()),
             ("AWS_ENDPOINT_URL_DYNAMODB".to_string(), endpoint),

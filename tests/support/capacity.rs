@@ -1,19 +1,11 @@
-//! The capacity DynamoDB says each request consumed, per operation, with an SDK interceptor.
-//!
-//! The code under measurement does not ask for `ReturnConsumedCapacity`, and should not have to:
-//! the interceptor adds `"ReturnConsumedCapacity":"TOTAL"` to the JSON body of every request
-//! whose operation accepts it, before signing (so the signature covers it), and sums the
-//! `ConsumedCapacity` of each answer. An answer without one (DynamoDB sends none with an error:
-//! a failed condition, a cancelled transaction) is counted by its error code instead, so the
-//! caller can say which rule it bills it by rather than silently counting it as free.
-//!
-//! DynamoDB Local's figure for a `TransactWriteItems` is not what AWS bills (it reports 2 units per
-//! table the transaction touches, whatever the number or size of its items), so the meter also
-//! sizes each transaction from its request: [`OpCapacity::transact_units`], one unit per action
-//! by AWS's per-item rule, for the caller to bill.
-//!
-//! `modify_before_signing` and `read_after_deserialization` run once per HTTP attempt, so retries
-//! count too, as in [`crate::counting::RequestCounter`].
+//! The capacity DynamoDB says each request consumed, per operation, with an SDK interceptor
+//! that adds `"ReturnConsumedCapacity":"TOTAL"` to every request whose operation accepts it,
+//! before signing, so the code under measurement need not ask. An answer without
+//! `ConsumedCapacity` (an error: a failed condition, a cancelled transaction) is counted by its
+//! error code, so the caller says which rule bills it instead of counting it free; a
+//! `TransactWriteItems` is also sized from its request ([`OpCapacity::transact_units`]), since
+//! DynamoDB Local reports 2 units per table touched, not what AWS bills. Retries count too (the
+//! hooks run once per HTTP attempt).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -112,6 +104,18 @@ impl OpCapacity {
         *self.unmeasured.entry(code.to_string()).or_default() += 1;
     }
 
+    /// Adds `other`'s answers, units and transactions to these.
+    pub fn add(&mut self, other: &OpCapacity) {
+        self.measured += other.measured;
+        self.read_units += other.read_units;
+        self.write_units += other.write_units;
+        for (code, n) in &other.unmeasured {
+            *self.unmeasured.entry(code.clone()).or_default() += n;
+        }
+        self.transact_items += other.transact_items;
+        self.transact_units += other.transact_units;
+    }
+
     /// Every answer, measured or not.
     pub fn answers(&self) -> usize {
         self.measured + self.unmeasured.values().sum::<usize>()
@@ -176,6 +180,13 @@ fn value_size(value: &Value) -> usize {
                 .sum::<usize>()
         }
         _ => 0,
+    }
+}
+
+/// Adds `from` to `into`, operation by operation.
+pub fn merge(into: &mut BTreeMap<String, OpCapacity>, from: &BTreeMap<String, OpCapacity>) {
+    for (op, c) in from {
+        into.entry(op.clone()).or_default().add(c);
     }
 }
 

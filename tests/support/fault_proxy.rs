@@ -1,29 +1,16 @@
 //! A fault-injecting HTTP/1.1 proxy between the AWS SDK and DynamoDB Local.
 //!
-//! DynamoDB's hard cases are not errors DynamoDB returns but answers that never arrive: a write
-//! that committed while its response was lost looks, to the caller, exactly like a write that
-//! never happened. DynamoDB Local never loses anything, so this proxy does it on demand: tests arm
-//! [`Fault`]s per operation (the part after the `.` in `x-amz-target`), once or until disarmed,
-//! for any request or only for one whose body names a chosen item, and point the SDK at
-//! [`FaultProxy::endpoint`]. DynamoDB Local also never conflicts, throttles or fails, so the
-//! proxy answers with DynamoDB's own error bodies ([`DynamoError`]) on demand: the SDK parses
-//! them exactly as it parses DynamoDB's.
+//! DynamoDB's hard cases are answers that never arrive (a write that committed while its
+//! response was lost looks exactly like one that never happened) and errors DynamoDB Local never
+//! gives (conflicts, throttling, failures). Tests arm [`Fault`]s per operation (the part after
+//! the `.` in `x-amz-target`), once or until disarmed, for any request or only one whose body
+//! names a chosen item; errors are DynamoDB's own bodies ([`DynamoError`]), parsed by the SDK as
+//! DynamoDB's. A fault that loses an answer fails the request's service, which hyper turns into
+//! closing the client connection without a byte: exactly what a lost response looks like.
 //!
-//! HTTP is hyper's: its HTTP/1.1 server serves the SDK's connections (kept alive, as the SDK's
-//! pool reuses a connection for many requests; framing, chunked bodies and `Expect:
-//! 100-continue` are hyper's business), and its HTTP/1.1 client forwards. A fault that loses an
-//! answer makes the request's service fail, which hyper turns into closing the client
-//! connection without writing anything: exactly what a lost response looks like.
-//!
-//! Every forwarded request gets a *fresh upstream connection*, closed after its response. A
-//! pooled upstream connection that went stale would force the proxy to guess whether a request
-//! it wrote reached DynamoDB — and replay it or not — which is exactly the ambiguity tests want
-//! to control. One local connect per request is cheap; the only uncertain outcomes are the ones
-//! a fault injects.
-//!
-//! Requests are forwarded as received: method, path, headers (the `Host` header keeps the
-//! proxy's address, so the SigV4 signature stays intact) and body. Responses come back with
-//! their status, headers and body, framed by `content-length`.
+//! Every forwarded request gets a fresh upstream connection: a stale pooled one would force the
+//! proxy to guess whether a request reached DynamoDB, the very ambiguity tests want to control.
+//! The `Host` header keeps the proxy's address, so the SigV4 signature stays intact.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,10 +28,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 
-/// How long an idle client connection may wait for its next request (hyper's header read
-/// timeout, which runs from the end of one request to the end of the next one's head). Longer
-/// than the tests run between two requests; only there so no connection task outlives a hung
-/// test for ever.
+/// How long an idle client connection may wait for its next request: only so that no
+/// connection task outlives a hung test for ever.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest wait for a request's body, and for an upstream exchange (connect, request,
 /// whole response).
@@ -66,19 +51,16 @@ pub enum Fault {
     ServerError,
     /// Forward after a delay.
     Delay(Duration),
-    /// Pause the request until the test opens the [`Release`] it came with, then forward it and
-    /// answer: a write (and its answer) delayed for exactly as long as a test needs, with no
-    /// sleep. Made by [`FaultProxy::hold_always_when`].
+    /// Pause the request until the [`Release`] it came with is opened, then forward it: a write
+    /// delayed exactly as long as a test needs. Made by [`FaultProxy::hold_always_when`].
     Pause(Paused),
-    /// Answer with one of DynamoDB's own errors, as DynamoDB sends it (JSON protocol: status,
-    /// `x-amzn-requestid`, a body with `__type` and a message), without forwarding: nothing is
-    /// committed. The client connection stays open.
+    /// Answer with one of DynamoDB's own errors, as DynamoDB sends it, without forwarding:
+    /// nothing is committed. The client connection stays open.
     Error(DynamoError),
-    /// Close the client connection at once without an answer, so the caller sees a lost
-    /// answer, and forward the request from a task of its own once the [`Landing`] is opened: a
-    /// write DynamoDB is still applying when its caller has given up, and that lands afterwards
-    /// (a [`Self::Pause`] or [`Self::Delay`] whose client hangs up is dropped with the
-    /// connection, and never lands). Made by [`FaultProxy::land_later_when`].
+    /// Close the client connection at once (a lost answer), and forward the request from a
+    /// task of its own once the [`Landing`] is opened: a write that lands after its caller gave
+    /// up (a paused or delayed one is dropped with its connection). Made by
+    /// [`FaultProxy::land_later_when`].
     LandLater(Landing),
 }
 
@@ -207,9 +189,8 @@ struct State {
 }
 
 impl State {
-    /// Counts a request for `op` and takes the fault it fires, if one is armed: the first rule,
-    /// in the order armed, that matches the body. A fault counts as fired when taken: what it
-    /// does next cannot fail in a way that un-fires it.
+    /// Counts a request for `op` and takes the fault it fires: the first rule, in the order
+    /// armed, that matches the body (counted as fired when taken).
     fn on_request(&self, op: &str, body: &[u8]) -> Option<Fault> {
         *self.seen.lock().unwrap().entry(op.to_string()).or_default() += 1;
         if let Some(bodies) = self.recorded.lock().unwrap().get_mut(op) {
@@ -260,9 +241,8 @@ impl FaultProxy {
         self.push(operation, fault, None, Some(1));
     }
 
-    /// Arms a one-shot fault for the next request for `operation` whose body contains `text` (an
-    /// item's key, an expression value): the fault hits a chosen item, not whatever request for
-    /// the operation happens to come next.
+    /// Arms a one-shot fault for the next request for `operation` whose body contains `text`
+    /// (an item's key): it hits a chosen item, not whatever request comes next.
     pub fn arm_when(&self, operation: &str, text: &str, fault: Fault) {
         self.push(operation, fault, Some(text.to_string()), Some(1));
     }
@@ -278,18 +258,16 @@ impl FaultProxy {
         self.push(operation, fault, Some(text.to_string()), None);
     }
 
-    /// Pauses every request for `operation` whose body contains `text` until the returned
-    /// [`Release`] is opened (or, for those arriving after it is, not at all), until
-    /// [`Self::disarm`]; each is then forwarded and answered.
+    /// Pauses every request for `operation` whose body contains `text` (until disarmed) until
+    /// the returned [`Release`] is opened.
     pub fn hold_always_when(&self, operation: &str, text: &str) -> Release {
         let (tx, rx) = tokio::sync::watch::channel(false);
         self.arm_always_when(operation, text, Fault::Pause(Paused(rx)));
         Release(tx)
     }
 
-    /// Catches the next request for `operation` whose body contains `text`; it reaches
-    /// DynamoDB when the returned [`Landing`] is opened (at once if it already is), and its
-    /// client never gets an answer ([`Fault::LandLater`]).
+    /// Catches the next request for `operation` whose body contains `text` for
+    /// [`Fault::LandLater`].
     pub fn land_later_when(&self, operation: &str, text: &str) -> Landing {
         let landing = Landing::new();
         self.arm_when(operation, text, Fault::LandLater(landing.clone()));
@@ -301,8 +279,7 @@ impl FaultProxy {
         self.state.armed.lock().unwrap().remove(operation);
     }
 
-    /// Removes the faults armed for `operation` with exactly this `text` (by
-    /// [`Self::arm_when`], [`Self::arm_always_when`], …), leaving the others armed.
+    /// Removes the faults armed for `operation` with exactly this `text`, leaving the others.
     pub fn disarm_when(&self, operation: &str, text: &str) {
         if let Some(rules) = self.state.armed.lock().unwrap().get_mut(operation) {
             rules.retain(|r| r.body_contains.as_deref() != Some(text));
@@ -407,8 +384,8 @@ async fn accept_loop(listener: TcpListener, upstream: Arc<str>, state: Arc<State
     }
 }
 
-/// Serves one client connection, request after request, until the client closes it, a fault
-/// drops it, or either side asks for `connection: close`.
+/// Serves one client connection, request after request (kept alive, as the SDK's pool reuses
+/// it), until the client closes it, a fault drops it, or either side asks for `close`.
 async fn serve(stream: TcpStream, upstream: Arc<str>, state: Arc<State>) {
     let service = service_fn(move |req| handle(req, upstream.clone(), state.clone()));
     let served = hyper::server::conn::http1::Builder::new()
@@ -485,8 +462,8 @@ fn operation(headers: &HeaderMap) -> &str {
     }
 }
 
-/// Sends one request on a fresh upstream connection, reads its whole response and closes the
-/// connection (dropping the sender ends hyper's connection future once the response is in).
+/// Sends one request on a fresh upstream connection, reads its whole response (re-framed by
+/// `content-length`) and closes the connection.
 async fn forward(upstream: &str, req: Request<Bytes>) -> Result<Answer, Upstream> {
     let stream = TcpStream::connect(upstream)
         .await
@@ -496,7 +473,6 @@ async fn forward(upstream: &str, req: Request<Bytes>) -> Result<Answer, Upstream
         let resp = sender.send_request(req.map(Full::new)).await?;
         let (mut head, body) = resp.into_parts();
         let body = body.collect().await?.to_bytes();
-        // Re-framed by content-length: the body is whole.
         head.headers.remove(TRANSFER_ENCODING);
         Ok::<_, hyper::Error>(Response::from_parts(head, Full::new(body)))
     };

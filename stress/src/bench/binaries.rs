@@ -1,24 +1,9 @@
-//! Part 3: each function's binary run as Lambda runs it, in the harness's function pool under
-//! its runtime API emulator ([`crate::lambda`]), on the harness's stack ([`crate::stack`]:
-//! its own tables and the OpenAI stand-in of `tollgate-tests`) talking to DynamoDB Local
-//! directly, with no fault proxy in between.
-//!
-//! - **Cold start**: from just before a process is spawned until its first
-//!   `GET …/invocation/next` (configuration read, SDK clients built), then that process's
-//!   first request (new connections to DynamoDB and, for `POST /session`, the upstream).
-//!   [`COLD_STARTS`] fresh processes each.
-//! - **Warm latency**: one long-lived process per function; each request timed around
-//!   [`Pool::invoke_event`], from the event being queued until the function's answer is
-//!   read back.
-//! - **Peak memory**: `VmHWM` (peak resident set) from `/proc/<pid>/status` once the process
-//!   has served everything, the figure Lambda's `Max Memory Used` reports.
-//! - **Size**: the binary Lambda would run (`bootstrap`).
-//! - **Variants**: the requests the cost per million needs that the main stack does not make
-//!   (a replay without the replay cache, a session refused by a full `ip` layer with and without
-//!   the block cache), each warm in one process of a stack configured for it ([`VARIANTS`]).
-//!
-//! Each request's answer is checked (status, and `Idempotent-Replayed` on replays): a
-//! benchmark that timed errors would be measuring the wrong thing, so a wrong answer fails it.
+//! Part 3: each function's binary as Lambda runs it, in the harness's function pool under its
+//! runtime API emulator, on a stack of its own talking to DynamoDB Local directly (no fault
+//! proxy): cold init and first request ([`COLD_STARTS`] fresh processes), warm latency (one
+//! long-lived process, timed around [`Pool::invoke_event`]), peak memory (`VmHWM`, what Lambda's
+//! `Max Memory Used` reports), size, and the variants the cost per million needs ([`VARIANTS`]).
+//! Every answer is checked: a benchmark that timed errors would measure the wrong thing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -130,25 +115,13 @@ const VARIANTS: &[VariantStack] = &[
     },
 ];
 
-/// The two function binaries, and the profile they were built with (for the report).
+/// Where the function binaries are (`--bin-dir`), the profile they were built with (for the
+/// report), and the same functions built from an earlier commit, measured beside these.
 #[derive(Debug, Clone)]
 pub struct Binaries {
-    /// Where both are (`--bin-dir`).
     pub dir: PathBuf,
-    pub ephemeral_key: PathBuf,
-    pub transfer: PathBuf,
     pub profile: String,
-    /// The same functions built from an earlier commit, measured beside these in part 3.
     pub earlier: Option<EarlierBuild>,
-}
-
-impl Binaries {
-    fn binary(&self, which: Which) -> PathBuf {
-        match which {
-            Which::EphemeralKey => self.ephemeral_key.clone(),
-            Which::Transfer => self.transfer.clone(),
-        }
-    }
 }
 
 /// Where an earlier build of both functions is, and the commit it was built from.
@@ -288,9 +261,8 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         None => None,
     };
     let mut functions = Vec::new();
-    for which in [Which::EphemeralKey, Which::Transfer] {
-        let name = which.name();
-        let mut sides = vec![Side::new(&current, which, binaries.binary(which))];
+    for (which, name) in FUNCTIONS.into_iter().enumerate() {
+        let mut sides = vec![Side::new(&current, which, binaries.dir.join(name))];
         if let (Some(build), Some(e)) = (&earlier, &binaries.earlier) {
             sides.push(Side::new(build, which, e.dir.join(name)));
         }
@@ -351,43 +323,46 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
     })
 }
 
-/// The two functions.
-#[derive(Debug, Clone, Copy)]
-enum Which {
-    EphemeralKey,
-    Transfer,
-}
+/// The two functions, in the order [`Build`]'s pools and scenarios are.
+const FUNCTIONS: [&str; 2] = [catalog::EPHEMERAL_KEY.name, catalog::TRANSFER.name];
 
-impl Which {
-    fn name(self) -> &'static str {
-        match self {
-            Which::EphemeralKey => catalog::EPHEMERAL_KEY.name,
-            Which::Transfer => catalog::TRANSFER.name,
-        }
-    }
+/// A stack of `name` for part 3 (no fault proxy, no process yet), the main stack's variables
+/// and `env` on top.
+async fn stack(
+    bin_dir: &Path,
+    name: &'static str,
+    env_extra: Vec<(String, String)>,
+) -> Result<HarnessStack, BenchError> {
+    let env = [
+        ("RUST_LOG", "info"),
+        ("KILL_SWITCH_CACHE_SECONDS", "5"),
+        ("SECRETS_TTL_SECONDS", "300"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()));
+    HarnessStack::start(stack::Options {
+        bin_dir,
+        transfer_instances: 0,
+        session_instances: Some(0),
+        fault_proxy: false,
+        env: env.into_iter().chain(env_extra).collect(),
+        name,
+    })
+    .await
+    .map_err(|e| BenchError::Setup(format!("part 3's {name} stack: {e}")))
 }
 
 /// One build of both functions on a stack of its own, with each function's scenarios (the
 /// first is its typical request, the one a cold process serves first).
 struct Build {
     stack: HarnessStack,
-    session: Arc<Pool>,
-    session_scenarios: Vec<Scenario>,
-    transfer_scenarios: Vec<Scenario>,
+    /// In the order of [`FUNCTIONS`].
+    pools: [Arc<Pool>; 2],
+    scenarios: [Vec<Scenario>; 2],
 }
 
 impl Build {
     async fn start(bin_dir: &Path, name: &'static str) -> Result<Self, BenchError> {
-        let stack = HarnessStack::start(stack::Options {
-            bin_dir,
-            transfer_instances: 0,
-            session_instances: Some(0),
-            fault_proxy: false,
-            env: base_env().into_iter().chain(limits().env()).collect(),
-            name,
-        })
-        .await
-        .map_err(|e| BenchError::Setup(format!("part 3's {name} stack: {e}")))?;
+        let stack = stack(bin_dir, name, limits().env().to_vec()).await?;
         let session = stack.ephemeral_key.clone().ok_or_else(|| {
             BenchError::Setup(format!("part 3's {name} stack has no ephemeral-key"))
         })?;
@@ -419,10 +394,9 @@ impl Build {
             not_found(),
         ];
         Ok(Self {
+            pools: [session, stack.transfer.clone()],
+            scenarios: [session_scenarios, transfer_scenarios],
             stack,
-            session,
-            session_scenarios,
-            transfer_scenarios,
         })
     }
 }
@@ -442,16 +416,12 @@ struct Side<'a> {
 }
 
 impl<'a> Side<'a> {
-    fn new(build: &'a Build, which: Which, binary: PathBuf) -> Self {
-        let (function, scenarios) = match which {
-            Which::EphemeralKey => (&*build.session, &build.session_scenarios),
-            Which::Transfer => (&*build.stack.transfer, &build.transfer_scenarios),
-        };
+    fn new(build: &'a Build, which: usize, binary: PathBuf) -> Self {
         Self {
-            name: which.name(),
-            function,
+            name: FUNCTIONS[which],
+            function: &build.pools[which],
             binary,
-            scenarios,
+            scenarios: &build.scenarios[which],
             init_ms: Vec::new(),
             first_ms: Vec::new(),
             cold_peaks_mib: Vec::new(),
@@ -513,15 +483,6 @@ impl<'a> Side<'a> {
             earlier: None,
         })
     }
-}
-
-/// The main stack's variables other than the limits (the variants add theirs on top).
-fn base_env() -> Vec<(String, String)> {
-    vec![
-        ("RUST_LOG".into(), "info".into()),
-        ("KILL_SWITCH_CACHE_SECONDS".into(), "5".into()),
-        ("SECRETS_TTL_SECONDS".into(), "300".into()),
-    ]
 }
 
 /// `POST /transfers` of 1 between the fixture's two accounts under key `<run>-<i>`: the same
@@ -593,20 +554,11 @@ async fn run_variant(
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let stack = HarnessStack::start(stack::Options {
-        bin_dir: &binaries.dir,
-        transfer_instances: 0,
-        session_instances: Some(0),
-        fault_proxy: false,
-        env: base_env()
-            .into_iter()
-            .chain(variant_limits().env())
-            .chain(extra.iter().cloned())
-            .collect(),
-        name,
-    })
-    .await
-    .map_err(|e| BenchError::Setup(format!("part 3's {name} stack: {e}")))?;
+    let env = variant_limits()
+        .env()
+        .into_iter()
+        .chain(extra.iter().cloned());
+    let stack = stack(&binaries.dir, name, env.collect()).await?;
     let described = match extra.is_empty() {
         true => "none".to_string(),
         false => extra

@@ -15,9 +15,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tollgate_tests::capacity::OpCapacity;
+use tollgate_tests::capacity::{self as capacity, OpCapacity};
 
-use super::capacity::{self, CapacityFigures};
+use super::capacity::{figures, CapacityFigures};
 use super::stats::{quantile, Quantiles};
 
 /// Blocks per side and phase: an even number, so each side runs first in as many pairs as the
@@ -108,7 +108,7 @@ impl Phase {
             operations: self.requests.clone().into_iter().collect(),
             latency: Quantiles::of(&self.lat_ms),
             throughput: calls as f64 / self.wall_s,
-            capacity: capacity::figures(&self.capacity, &reference.capacity, calls),
+            capacity: figures(&self.capacity, &reference.capacity, calls),
         }
     }
 
@@ -119,17 +119,7 @@ impl Phase {
         for (op, count) in &other.requests {
             *self.requests.entry(op.clone()).or_default() += count;
         }
-        for (op, c) in &other.capacity {
-            let mine = self.capacity.entry(op.clone()).or_default();
-            mine.measured += c.measured;
-            mine.read_units += c.read_units;
-            mine.write_units += c.write_units;
-            for (code, count) in &c.unmeasured {
-                *mine.unmeasured.entry(code.clone()).or_default() += count;
-            }
-            mine.transact_items += c.transact_items;
-            mine.transact_units += c.transact_units;
-        }
+        capacity::merge(&mut self.capacity, &other.capacity);
         self.wall_s += other.wall_s;
     }
 }

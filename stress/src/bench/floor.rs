@@ -1,36 +1,8 @@
 //! The floor: a guarded new transfer through the transfer function's whole request path
-//! against a bare `TransactWriteItems` of the same four items, measured in the same run and
-//! interleaved request by request ([`super::blocks`] with blocks of one request).
-//!
-//! A new transfer cannot cost less than the one transaction that moves the money and stores
-//! the response under the key; everything the guards and the function add on top is overhead,
-//! and the goal (issue 19) is a median at most [`GOAL_RATIO`] times that floor.
-//!
-//! - **Guarded**: `App::handle` (the call `lambda_http` makes in the deployed function) on a
-//!   `POST /transfers` event with a bearer token, a new `Idempotency-Key` each time and the
-//!   same body: routing, kill switch, address, rate-limit layers, authentication, body and key
-//!   parsing, fingerprint, the ledger's transaction, the response's headers, the EMF metric
-//!   line. The event is parsed into a request before the clock starts (the runtime's work).
-//! - **Bare**: the four items built as the ledger builds them (the idempotency record's `Put`
-//!   by the library's own `completed_put`, so both sides write the same item under the same
-//!   condition, but for the marker naming the writing call that the guarded side's record also
-//!   carries, to recognise its own commit after a lost answer; debit, credit and transfer
-//!   record as `functions/transfer/src/ledger/transaction.rs` writes them), on the same
-//!   tables and accounts, under a new key and
-//!   transfer id each time, sent as one `TransactWriteItems` with a `ClientRequestToken` as
-//!   the ledger sends it. Building the items is inside the clock, as it is in a handler.
-//!
-//! Both at concurrency 1 (one request at a time, as one Lambda process serves them), each side
-//! on a DynamoDB client of its own (counted and metered). Twice: with the function's
-//! rate-limit layers off, so the limiter sends nothing and the guarded path's one DynamoDB
-//! request is the transaction (the configuration the goal is about: the guards' own work), and
-//! with its two layers counting (`ip` and `client`, limits far above the traffic), whose
-//! `UpdateItem`s part 2 measures on their own; the second carries no goal.
-//!
-//! Each request's latency is also split at the side's DynamoDB client ([`Split`]): the time on
-//! the wire, clocked by an SDK interceptor, and the side's own time around it, so the report
-//! shows whether an overhead is the guards' work in this process or something DynamoDB Local
-//! does differently with the guarded side's requests.
+//! (`App::handle`) against a bare `TransactWriteItems` of the same four items, alternating
+//! request by request ([`super::blocks`] with blocks of one request), with the rate-limit
+//! layers off (the goal's configuration: the guards' own work) and counting. What each side
+//! does, and why it is measured so, is `templates/bench-floor.md`'s prose.
 
 use std::time::{Instant, SystemTime};
 
@@ -39,6 +11,7 @@ use aws_sdk_dynamodb::types::{
 };
 use serde::Serialize;
 use tollgate::config::Env;
+use tollgate_functions::serve::GuardedFunction as _;
 use tollgate_tests::capacity::CapacityMeter;
 use tollgate_tests::counting::{RequestCounter, WireClock};
 use tollgate_tests::dynamo::{self, Tables};
@@ -54,11 +27,8 @@ use super::{BenchError, WARMUP};
 pub const GOAL_RATIO: f64 = 1.05;
 
 /// Rounds of `n` alternating pairs per configuration, pooled for the ratio and reported one by
-/// one. The guards' overhead is a few percent of a transaction on DynamoDB Local, and one round
-/// moves by more than that: alternating each request, three rounds in a row of the floor alone
-/// gave 1.052, 1.044 and 1.028 (shrinking as DynamoDB Local warmed), and three after part 1 gave
-/// 1.092, 0.968 and 1.022. One round cannot place the overhead either side of the goal; the
-/// pooled figure over three, with each round's beside it, shows where it is and how sure.
+/// one: one round moves by more than the few percent it measures (1.092, 0.968 and 1.022 in
+/// three rounds in a row), so the pooled figure with each round's beside it shows how sure it is.
 pub const ROUNDS: usize = 3;
 
 /// The guarded median over the bare one, over `blocks`.
@@ -99,12 +69,9 @@ pub struct Config {
     pub goal_met: Option<bool>,
 }
 
-/// Each side's latency split in two, as medians (ms): on the wire (from the DynamoDB client's
-/// hand-over of a request to its HTTP client until the answer is read and deserialized, every
-/// request of the call summed: [`WireClock`]) and its own (the rest: everything the side does
-/// in this process around its DynamoDB calls). The wire halves differ only by what DynamoDB
-/// Local and the connection do with the same transaction; the overhead the goal is about is in
-/// the own halves.
+/// Each side's latency split in two, as medians (ms): on the wire ([`WireClock`]: every
+/// DynamoDB request of the call, from the SDK's hand-over to its HTTP client until the answer is
+/// deserialized) and its own (the rest). The guards' overhead is in the own halves.
 #[derive(Debug, Serialize)]
 pub struct Split {
     pub guarded_own: f64,
@@ -154,15 +121,10 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
         let mut blocks = Blocks::default();
         let mut rounds = Vec::with_capacity(ROUNDS);
         for round in 0..ROUNDS {
-            // Blocks of one request: the sides alternate request by request (A B, B A, A B,
-            // ...). The latencies here are multimodal (the JVM, the client and the driver share
-            // 2 cores): with blocks of 50 and of 10 requests, four full runs gave 1.03, 1.06,
-            // 1.15 and 1.04, the bare side's median moving between 4.4 and 5.5 ms with which
-            // mode a block caught. Alternating each request puts both sides in the same
-            // moments. Within a pair the request after a switch of side is the slower one (the
-            // other side's connection has gone idle), so the by-order medians differ by about a
-            // tenth; every request follows a switch in exactly one of the two orders, so that
-            // cost falls on both sides alike.
+            // Blocks of one request: the sides alternate request by request (A B, B A, ...), so
+            // both meet DynamoDB Local's latency modes in the same moments (blocks of 50 and of 10
+            // gave ratios from 1.03 to 1.15); the request after a switch of side is the slower
+            // one, and each request follows a switch in exactly one of the two orders.
             let mut this_round = Blocks::default();
             for block in schedule(n, n) {
                 let tag = format!("r{round}b{}", block.index);
@@ -215,12 +177,48 @@ pub async fn run(n: usize) -> Result<Floor, BenchError> {
     })
 }
 
+/// A side's DynamoDB client's counters and clock.
+type Meters = (RequestCounter, CapacityMeter, WireClock);
+
+/// `n` calls of `send` on what `prepare` makes of each index, timed (and their time on the wire
+/// split off) around `send` only; `wrong` names the calls that returned `false`.
+async fn timed<R>(
+    (counter, meter, clock): &Meters,
+    n: usize,
+    mut prepare: impl FnMut(usize) -> R,
+    mut send: impl AsyncFnMut(R) -> bool,
+    wrong: String,
+) -> Result<Phase, BenchError> {
+    counter.reset();
+    meter.reset();
+    let (mut lat, mut wire, mut failed) = (Vec::with_capacity(n), Vec::with_capacity(n), 0);
+    let started = Instant::now();
+    for i in 0..n {
+        let req = prepare(i);
+        clock.take();
+        let t = Instant::now();
+        failed += usize::from(!send(req).await);
+        lat.push(ms(t.elapsed()));
+        wire.push(ms(clock.take()));
+    }
+    if failed > 0 {
+        return Err(BenchError::WrongAnswer(format!("{failed} {wrong}")));
+    }
+    Ok(Phase {
+        lat_ms: lat,
+        requests: counter.snapshot().into_iter().collect(),
+        capacity: meter.take(),
+        wall_s: started.elapsed().as_secs_f64(),
+        wire_ms: wire,
+    })
+}
+
 /// Both sides over one set of tables, one client and one pair of accounts.
 struct Sides {
     app: App,
-    guarded: (RequestCounter, CapacityMeter, WireClock),
+    guarded: Meters,
     bare_ddb: aws_sdk_dynamodb::Client,
-    bare: (RequestCounter, CapacityMeter, WireClock),
+    bare: Meters,
     client_id: String,
     authorization: String,
     from: String,
@@ -258,91 +256,51 @@ impl Sides {
         })
     }
 
-    /// `n` guarded transfers under keys `guarded-<tag>-<i>`; each must answer 201.
+    /// `n` guarded transfers under keys `guarded-<tag>-<i>`; each must answer 201. The event
+    /// is parsed into a request before the clock starts (the runtime's work).
     async fn guarded(&self, tag: &str, n: usize) -> Result<Phase, BenchError> {
-        let (counter, meter, clock) = &self.guarded;
-        counter.reset();
-        meter.reset();
-        let mut lat = Vec::with_capacity(n);
-        let mut wire = Vec::with_capacity(n);
-        let mut wrong = 0;
-        let started = Instant::now();
-        for i in 0..n {
-            let req = HttpEvent::post("/transfers")
+        let request = |i| {
+            HttpEvent::post("/transfers")
                 .header("authorization", &self.authorization)
                 .header("idempotency-key", &format!("guarded-{tag}-{i}"))
                 .header("content-type", "application/json")
                 .body(self.body.clone())
-                .request();
-            clock.take();
-            let t = Instant::now();
-            let status = transfer_app::handle(&self.app, req).await;
-            lat.push(ms(t.elapsed()));
-            wire.push(ms(clock.take()));
-            wrong += usize::from(status != 201);
-        }
-        if wrong > 0 {
-            return Err(BenchError::WrongAnswer(format!(
-                "{wrong} guarded transfers of block {tag} did not answer 201"
-            )));
-        }
-        Ok(Phase {
-            lat_ms: lat,
-            requests: counter.snapshot().into_iter().collect(),
-            capacity: meter.take(),
-            wall_s: started.elapsed().as_secs_f64(),
-            wire_ms: wire,
-        })
+                .request()
+        };
+        let send = async |req| self.app.handle(req).await.status() == 201;
+        let what = format!("guarded transfers of block {tag} did not answer 201");
+        timed(&self.guarded, n, request, send, what).await
     }
 
-    /// `n` bare transactions under keys `bare-<tag>-<i>`; each must commit.
+    /// `n` bare transactions under keys `bare-<tag>-<i>`; each must commit. Building the items
+    /// is inside the clock, as it is in a handler.
     async fn bare(&self, tag: &str, n: usize) -> Result<Phase, BenchError> {
-        let (counter, meter, clock) = &self.bare;
-        counter.reset();
-        meter.reset();
-        let mut lat = Vec::with_capacity(n);
-        let mut wire = Vec::with_capacity(n);
-        let mut wrong = 0;
-        let started = Instant::now();
-        for i in 0..n {
-            let key = format!("bare-{tag}-{i}");
-            clock.take();
-            let t = Instant::now();
+        let send = async |key: String| {
             let transfer_id = tollgate::ids::new_id("tr");
-            let items = self.items(&key, &transfer_id)?;
+            let items = self.items(&key, &transfer_id);
+            let Ok(items) = items.inspect_err(|e| eprintln!("{e}")) else {
+                return false;
+            };
             let sent = self
                 .bare_ddb
                 .transact_write_items()
-                .set_transact_items(Some(items))
-                .client_request_token(format!("{}-0", &transfer_id[3..]))
-                .send()
-                .await;
-            lat.push(ms(t.elapsed()));
-            wire.push(ms(clock.take()));
-            if let Err(e) = sent {
-                eprintln!("bare transaction failed: {e:?}");
-                wrong += 1;
-            }
-        }
-        if wrong > 0 {
-            return Err(BenchError::WrongAnswer(format!(
-                "{wrong} bare transactions of block {tag} did not commit"
-            )));
-        }
-        Ok(Phase {
-            lat_ms: lat,
-            requests: counter.snapshot().into_iter().collect(),
-            capacity: meter.take(),
-            wall_s: started.elapsed().as_secs_f64(),
-            wire_ms: wire,
-        })
+                .set_transact_items(Some(items));
+            let token = format!("{}-0", &transfer_id[3..]);
+            let sent = sent.client_request_token(token).send().await;
+            sent.inspect_err(|e| eprintln!("bare transaction failed: {e:?}"))
+                .is_ok()
+        };
+        let what = format!("bare transactions of block {tag} did not commit");
+        timed(&self.bare, n, |i| format!("bare-{tag}-{i}"), send, what).await
     }
 
-    /// The ledger's four items for a transfer of [`AMOUNT`] under `key`: the idempotency record
-    /// storing the 201, the debit, the credit and the transfer record, with the conditions the
-    /// ledger sets.
+    /// The ledger's four items for a transfer of [`AMOUNT`] under `key`, as
+    /// `functions/transfer/src/ledger/transaction.rs` builds them (it exports no builder).
     fn items(&self, key: &str, transfer_id: &str) -> Result<Vec<TransactWriteItem>, BenchError> {
-        let (accounts, transfers) = transfer_app::tables(&self.app);
+        let (accounts, transfers) = (
+            &self.app.settings.accounts_table,
+            &self.app.settings.transfers_table,
+        );
         let currency = "JPY";
         let created_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let stored = transfer_app::stored_created(

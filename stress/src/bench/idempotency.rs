@@ -1,26 +1,10 @@
-//! Part 1: Tollgate's idempotency against AWS Lambda Powertools for Python.
-//!
-//! The same logical work on both sides, on the same DynamoDB Local: a transfer under a new key,
-//! then the very same request again. Ours is `Ledger::transfer` (claim, stored response and
-//! money in one `TransactWriteItems`), driven in process after the parsing and fingerprinting
-//! the function does; theirs is `bench/powertools_transfer.py` (`@idempotent_function` over the
-//! same transaction through boto3), run in its venv with the same counts and concurrency
-//! levels. Both sides hand back raw latencies, per-operation request counts and the capacity
-//! DynamoDB reported, summarised and billed here by the same code ([`Phase::figures`]).
-//!
-//! The two sides take turns in blocks ([`super::blocks`]): each phase (new requests, then their
-//! duplicates) is cut into blocks per side, run in pairs Tollgate, Powertools, then
-//! Powertools, Tollgate, and so on, so neither side meets a DynamoDB Local the other has not
-//! warmed; the report gives the medians over all blocks and over each order's pairs. The script
-//! is one long-lived process ([`Powertools`]) that takes one command per line on its stdin
-//! (set up a mode and level, run one block) and answers each with one line of JSON, so a block
-//! of theirs costs no interpreter start and the driver decides the order.
-//!
-//! Everything runs twice, in [`MODES`]: both sides without a local cache of completed
-//! responses (Tollgate's `IDEMPOTENCY_CACHE_SIZE=0`, Powertools' `use_local_cache=False`), then
-//! both with one of the same capacity (Tollgate's default, and Powertools' local cache given
-//! that many entries). The transfer `App` is built from an environment that always states its
-//! cache size, so a mode never depends on a default.
+//! Part 1: Tollgate's idempotency against AWS Lambda Powertools for Python, the same work on the
+//! same DynamoDB Local: ours is `Ledger::transfer` driven in process after the function's
+//! parsing; theirs is `bench/powertools_transfer.py` (`@idempotent_function` over the same
+//! transaction through boto3), one long-lived process taking one command per line, so a block of
+//! theirs costs no interpreter start and the driver decides the order ([`super::blocks`]). Both
+//! hand back latencies, requests and capacity, summarised and billed by the same code, without
+//! and with local caches of one capacity ([`MODES`]; the cache size is always set explicitly).
 
 use std::collections::BTreeMap;
 use std::path::Path;

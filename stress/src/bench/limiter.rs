@@ -1,23 +1,8 @@
-//! Part 2: the limiter against a bare conditional `UpdateItem`, a sliding window against a fixed
-//! one, what a rejection and a session cost, and what shards buy.
-//!
-//! Every request goes through one client whose SDK interceptors count the requests and ask
-//! each for the capacity it consumed (`tollgate_tests::dynamo::metered_client`); the library
-//! itself asks for nothing.
-//!
-//! 1. Overhead: `RateLimiter::check` with one layer (limit far above the calls, so every call
-//!    is one admitted increment) against `update_item` with the limiter's exact expressions and
-//!    return-value settings, alternating which goes first in each pair so drift and caching hit
-//!    both alike.
-//! 2. Sliding against fixed: the same layer fixed and `:sliding`, alternating in pairs the same
-//!    way; then window rolls on a manual clock, where a sliding layer reads the previous
-//!    window once per key.
-//! 3. Rejections: a full key checked again and again through one limiter, fixed and sliding,
-//!    block cache on and off.
-//! 4. Sessions, as `ephemeral-key` counts them (`ip` then `global`): admitted, and rejected by a
-//!    full `ip` or a full `global` layer, block cache on and off, with their capacity.
-//! 5. Shards: concurrent workers over several limiters (as separate processes would be) through
-//!    one `global` layer of 1 shard and of [`SHARDS`], alternating.
+//! Part 2: the limiter against a bare conditional `UpdateItem` with its exact expressions
+//! (alternating which goes first), sliding windows against fixed ones (and window rolls on a
+//! manual clock), what a rejection and a session cost with and without the block cache, and
+//! admissions per second through 1 shard against [`SHARDS`]. One client's SDK interceptors
+//! count the requests and ask each for its capacity (the library itself asks for nothing).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,7 +16,7 @@ use tollgate::ratelimit::{
     Admission, Layer, LimitCheck, RateLimit, RateLimiter, Shards, Verdict,
     DEFAULT_BLOCK_CACHE_MAX_AGE,
 };
-use tollgate_tests::capacity::{CapacityMeter, OpCapacity};
+use tollgate_tests::capacity::{merge, CapacityMeter, OpCapacity};
 use tollgate_tests::counting::RequestCounter;
 use tollgate_tests::dynamo::{self, Tables};
 
@@ -219,21 +204,6 @@ fn limit(layer: Layer, limit: u32, window: Duration) -> Result<RateLimit, BenchE
     RateLimit::new(layer, limit, window).map_err(|e| BenchError::Setup(format!("a limit: {e}")))
 }
 
-/// Adds `from` to `into`, operation by operation.
-fn merge(into: &mut BTreeMap<String, OpCapacity>, from: BTreeMap<String, OpCapacity>) {
-    for (op, c) in from {
-        let e = into.entry(op).or_default();
-        e.measured += c.measured;
-        e.read_units += c.read_units;
-        e.write_units += c.write_units;
-        e.transact_items += c.transact_items;
-        e.transact_units += c.transact_units;
-        for (code, n) in c.unmeasured {
-            *e.unmeasured.entry(code).or_default() += n;
-        }
-    }
-}
-
 /// The client, its counters, and the tables every section uses.
 struct Bench {
     ddb: Client,
@@ -366,7 +336,7 @@ async fn sliding(b: &Bench) -> Result<Sliding, BenchError> {
             admit(&limiter, &checks(sliding_first)).await?;
             lat[k].push(ms(t.elapsed()));
             requests[k] += b.counter.total();
-            merge(&mut used[k], b.meter.take());
+            merge(&mut used[k], &b.meter.take());
         }
     }
     let admissions = |k: usize| Admissions {
@@ -400,7 +370,7 @@ async fn sliding(b: &Bench) -> Result<Sliding, BenchError> {
             admit(&roll_limiter, &c).await?;
             first += b.counter.total();
             reads += b.counter.get("GetItem");
-            merge(&mut used, b.meter.take());
+            merge(&mut used, &b.meter.take());
             b.reset();
             admit(&roll_limiter, &c).await?;
             next += b.counter.total();

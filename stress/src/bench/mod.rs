@@ -1,27 +1,10 @@
-//! `bench`: the figures in `docs/benchmarks.md`, every one from one run.
-//!
-//! 1. [`idempotency`]: Tollgate's `Ledger::transfer` against AWS Lambda Powertools for
-//!    Python's `@idempotent_function` doing the same transaction (run in its venv), without
-//!    local caches and with them, with the capacity each request consumed ([`capacity`]);
-//!    then [`floor`]: a guarded new transfer through the function's whole request path
-//!    against a bare `TransactWriteItems` of the same four items. Both compare two sides in
-//!    alternating blocks ([`blocks`]), so neither meets a DynamoDB Local the other warmed.
-//! 2. [`limiter`]: `RateLimiter::check` against a bare conditional `UpdateItem`, sliding
-//!    windows against fixed ones, what a rejection and a session cost with and without the
-//!    block cache, and admissions per second through 1 shard against 8.
-//! 3. [`binaries`]: each function's binary as Lambda runs it, in the harness's function pool
-//!    under its runtime API emulator ([`crate::lambda`]): cold start, warm latency, peak memory,
-//!    size.
-//! 4. [`schemathesis`]: Schemathesis against `openapi.yaml`, through the harness's HTTP front
-//!    to the same kind of function processes.
-//!
-//! With parts 1 to 3, [`cost`] prices each kind of request per million (DynamoDB on-demand
-//! units plus Lambda arm64 at the template's memory and part 3's warm durations).
-//!
-//! All four share one DynamoDB Local (`DYNAMODB_ENDPOINT`, which `cargo xtask bench` starts in
-//! memory), each part on tables of its own. `cargo xtask bench` also builds the binaries and
-//! installs the pinned Python tools, and passes their paths as options; this crate measures,
-//! and [`report`] renders the figures through `templates/bench*.md`, where all the prose is.
+//! `bench`: the figures in `docs/benchmarks.md`, every one from one run, each part on tables of
+//! its own in one DynamoDB Local: 1. [`idempotency`] against Powertools for Python, and the
+//! [`floor`] (both in alternating [`blocks`]); 2. the [`limiter`]; 3. the function
+//! [`binaries`] under the runtime API emulator; 4. [`schemathesis`]; with 1 to 3, the [`cost`]
+//! per million. `cargo xtask bench` builds the binaries and installs the pinned Python tools;
+//! this crate measures, and [`report`] renders the figures through `templates/bench*.md`, where
+//! all the prose is.
 
 mod binaries;
 mod blocks;
@@ -219,9 +202,7 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
     }
     let bin_dir = global.bin_dir()?;
     let bins = binaries::Binaries {
-        dir: bin_dir.clone(),
-        ephemeral_key: bin_dir.join(tollgate_functions::catalog::EPHEMERAL_KEY.name),
-        transfer: bin_dir.join(tollgate_functions::catalog::TRANSFER.name),
+        dir: bin_dir,
         profile: o.functions_profile().into(),
         earlier: o
             .earlier_bin_dir

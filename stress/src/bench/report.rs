@@ -6,7 +6,6 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::SystemTime;
 
-use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use super::idempotency::Idempotency;
@@ -88,21 +87,13 @@ impl Figures {
 }
 
 pub fn render(figures: &Figures) -> Result<String, BenchError> {
-    let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_keep_trailing_newline(true);
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.add_filter("fixed", fixed);
-    for (name, source) in TEMPLATES {
-        env.add_template(name, source)?;
-    }
-    Ok(env.get_template("bench.md")?.render(figures)?)
-}
-
-/// `value` with exactly `digits` decimals.
-fn fixed(value: f64, digits: usize) -> String {
-    format!("{value:.digits$}")
+    let (name, source) = TEMPLATES[0];
+    Ok(crate::report::render(
+        name,
+        source,
+        &TEMPLATES[1..],
+        figures,
+    )?)
 }
 
 /// The minute of the run, in UTC.

@@ -30,11 +30,7 @@ fn histogram(values: &[f64]) -> hdrhistogram::Histogram<u64> {
 
 /// The `q`-quantile of `values` (NaN for no values), from their histogram.
 pub fn quantile(values: &[f64], q: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    let h = histogram(values);
-    h.lowest_equivalent(h.value_at_quantile(q)) as f64 / PER_MS
+    Quantiles::at(values, &[q])[0]
 }
 
 /// Median and 90th percentile of a set of latencies, and the percentiles 0 to 100 for the
@@ -49,22 +45,29 @@ pub struct Quantiles {
 
 impl Quantiles {
     pub fn of(values: &[f64]) -> Self {
-        if values.is_empty() {
-            return Self {
-                median: f64::NAN,
-                p90: f64::NAN,
-                percentiles: Vec::new(),
-            };
-        }
-        let h = histogram(values);
-        // The bottom of the quantile's bucket: a measured value exactly when it is a bucket's
-        // first, within 0.1% below it otherwise (the same rounding on every side compared).
-        let at = |q: f64| h.lowest_equivalent(h.value_at_quantile(q)) as f64 / PER_MS;
+        let at = Self::at(values, &[0.5, 0.9]);
+        let all: Vec<f64> = (0..=100).map(|p| f64::from(p) / 100.0).collect();
         Self {
-            median: at(0.5),
-            p90: at(0.9),
-            percentiles: (0..=100).map(|p| at(f64::from(p) / 100.0)).collect(),
+            median: at[0],
+            p90: at[1],
+            percentiles: Self::at(values, &all)
+                .into_iter()
+                .filter(|p| !p.is_nan())
+                .collect(),
         }
+    }
+
+    /// The `qs`-quantiles of `values` (NaN for no values): the bottom of each quantile's bucket,
+    /// a measured value exactly when it is a bucket's first, within 0.1% below it otherwise (the
+    /// same rounding on every side compared).
+    fn at(values: &[f64], qs: &[f64]) -> Vec<f64> {
+        let h = (!values.is_empty()).then(|| histogram(values));
+        let at = |q| {
+            h.as_ref().map_or(f64::NAN, |h| {
+                h.lowest_equivalent(h.value_at_quantile(q)) as f64 / PER_MS
+            })
+        };
+        qs.iter().map(|q| at(*q)).collect()
     }
 }
 

@@ -70,23 +70,11 @@ pub async fn ledger_transfer(app: &App, client_id: &str, key: &str, body: &str) 
     }
 }
 
-/// The floor's guarded side: one request through the function's whole request path (CORS,
-/// routing, kill switch, address, rate-limit layers, authentication, body, key, fingerprint,
-/// ledger, problem+json, headers, metrics). Its status.
-pub async fn handle(app: &App, req: lambda_http::Request) -> u16 {
-    app.handle(req).await.status().as_u16()
-}
-
 /// The fingerprint the function computes for `body`.
 pub fn body_fingerprint(body: &str) -> Result<String, BenchError> {
     let req = TransferRequest::parse(body.as_bytes(), u64::MAX)
         .map_err(|e| BenchError::Setup(format!("the bench's transfer body: {e:?}")))?;
     Ok(fingerprint(&req.canonical))
-}
-
-/// The function's tables: (accounts, transfers).
-pub fn tables(app: &App) -> (&str, &str) {
-    (&app.settings.accounts_table, &app.settings.transfers_table)
 }
 
 /// The idempotency record's `Put` exactly as the ledger's transaction carries it (the

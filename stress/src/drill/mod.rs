@@ -1,16 +1,7 @@
-//! `drill`: attack drills against the rate limits of the real function binaries, in
-//! `cloudfront` mode, with the fault proxy between them and DynamoDB Local (no fault armed)
-//! counting their DynamoDB requests per operation.
-//!
-//! Every request carries `X-Origin-Verify` and `CloudFront-Viewer-Address` as our distribution
-//! would; the attacker varies only what an attacker controls: tokens, `X-Forwarded-For`, the
-//! address inside an IPv6 /64, the internal-token header, and how often it retries. Each drill
-//! asserts that the requests admitted per key and window are exactly the configured limit when
-//! the flood exceeds it (internal callers: not limited by `ip` or `client`), then sends more of
-//! the same to measure DynamoDB requests per rejected request. The floods run with the block
-//! cache, then, after the pools restart with `RATE_LIMIT_BLOCK_CACHE_SIZE=0`, without; then,
-//! after another restart, with sliding windows and a sharded spend cap, where a burst across a
-//! window boundary is drilled too ([`drills`]; the report's prose is `templates/drill.md`).
+//! `drill`: attack drills against the rate limits of the real function binaries in `cloudfront`
+//! mode, the fault proxy (no fault armed) counting their DynamoDB requests; with the block
+//! cache, without it, then with sliding windows and a sharded spend cap ([`drills`]; the prose is
+//! `templates/drill.md`, the options' `LONG_ABOUT`).
 
 mod drills;
 mod pictures;
@@ -18,7 +9,7 @@ mod pictures;
 use std::path::PathBuf;
 
 use crate::limits::Limits;
-use crate::stack::{self, random_hex, HarnessStack};
+use crate::stack::{self, HarnessStack};
 use crate::Global;
 
 /// What `--help` says beyond the one-line summary.
@@ -51,7 +42,7 @@ pub async fn run(global: &Global, o: Options) -> Result<(), crate::Error> {
     let window = if o.short { 5 } else { 10 };
     let settings = drills::Settings {
         short: o.short,
-        origin_secret: random_hex(16)?,
+        origin_secret: tollgate::ids::random_hex(16),
         limits: Limits::new(
             format!("ip=5/{window}s,global=100000/1d"),
             format!("ip=20/{window}s,client=5/{window}s"),

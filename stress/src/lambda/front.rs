@@ -5,20 +5,17 @@
 //! the prefix `/lambda-url/transfer` is `POST /transfers` to `transfer`), from the peer's
 //! address. No route: 404; no answer in time: 504, as API Gateway answers.
 
-use std::convert::Infallible;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use super::pool::{Pool, SourceIp};
+use super::{answer as plain, listen};
 
 /// The running front; dropping it stops accepting connections.
 pub struct Front {
@@ -32,26 +29,14 @@ impl Front {
     /// Serves `routes` (path prefix, function; the longest matching prefix wins, `""`
     /// matches every path) on a free loopback port.
     pub async fn start(routes: Vec<(String, Arc<Pool>)>) -> std::io::Result<Front> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-        let addr = listener.local_addr()?;
         let mut routes = routes;
         routes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         let routes: Routes = Arc::new(routes);
-        let accept = tokio::spawn(async move {
-            while let Ok((stream, peer)) = listener.accept().await {
-                let _ = stream.set_nodelay(true);
-                let routes = routes.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| {
-                        let routes = routes.clone();
-                        async move { Ok::<_, Infallible>(serve(&routes, peer, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let (addr, accept) = listen(move |peer, req| {
+            let routes = routes.clone();
+            async move { serve(&routes, peer, req).await }
+        })
+        .await?;
         Ok(Front { addr, accept })
     }
 
@@ -65,16 +50,6 @@ impl Drop for Front {
     fn drop(&mut self) {
         self.accept.abort();
     }
-}
-
-fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    resp
 }
 
 async fn serve(routes: &Routes, peer: SocketAddr, req: Request<Incoming>) -> Response<Full<Bytes>> {

@@ -1,20 +1,9 @@
-//! The functions as Lambda runs them, in this process: each function is a pool of its binary's
-//! processes behind a Lambda runtime API emulator, invoked directly or through an HTTP front.
-//!
-//! - [`runtime_api`]: the `2018-06-01` runtime API (`GET /runtime/invocation/next`,
-//!   `POST /runtime/invocation/{id}/response|error`, `POST /runtime/init/error`) on hyper, one
-//!   listener per process, so the emulator knows which process holds which invocation.
-//! - [`pool`]: [`Pool`], K processes of one binary sharing one queue of invocations;
-//!   SIGKILL one ([`Pool::kill`]), add one ([`Pool::spawn_instance`]), restart all with
-//!   other variables ([`Pool::restart`]); [`Pool::invoke`] turns an `http::Request` into
-//!   an event with the workspace's one event builder (`tollgate_tests::events::HttpEvent`) and the
-//!   function's answer back into an `http::Response`.
-//! - [`front`]: an HTTP server that does the same for HTTP clients (an API Gateway stand-in),
-//!   for tools that only speak HTTP (Schemathesis in the bench).
-//!
-//! What a client sees follows Lambda behind a function URL: a process that dies holding an
-//! invocation, or a function that reports an error, answers 502; no answer within the timeout
-//! is [`Lost`] (the front answers 504).
+//! The functions as Lambda runs them: each function is a [`Pool`] of its binary's processes,
+//! each polling its own [`runtime_api`] endpoint (so the emulator knows which process holds which
+//! invocation) over one shared queue; [`Pool::invoke`] turns an `http::Request` into an event
+//! with the one event builder, and [`front`] does the same for HTTP clients (Schemathesis). As
+//! behind a function URL, a process that dies holding an invocation, or a function that reports
+//! an error, answers 502; no answer within the timeout is [`Lost`] (the front answers 504).
 
 pub mod front;
 pub mod pool;
@@ -24,7 +13,57 @@ pub mod runtime_api;
 pub use front::Front;
 pub use pool::{Pool, PoolSpec, SourceIp};
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// A JSON answer of the emulator's own (a runtime API status, the front's 404 or 504).
+fn answer(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Listens on a free loopback port and serves every connection (HTTP/1.1) with `serve`, given
+/// the peer's address; the task accepts until aborted. A connection's errors (a process that
+/// dies closes its connections) are nothing to report.
+async fn listen<F, Fut>(serve: F) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
+where
+    F: Fn(SocketAddr, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+    let addr = listener.local_addr()?;
+    let accept = tokio::spawn(async move {
+        while let Ok((stream, peer)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let serve = serve.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let reply = serve(peer, req);
+                    async move { Ok::<_, Infallible>(reply.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok((addr, accept))
+}
 
 /// No HTTP answer from an invocation.
 #[derive(Debug, Clone, thiserror::Error)]

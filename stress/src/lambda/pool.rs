@@ -212,39 +212,24 @@ impl Pool {
     /// Kills every process and starts as many again, with `env` on top of the function's
     /// variables from now on (drill's second pass: `RATE_LIMIT_BLOCK_CACHE_SIZE=0`).
     pub async fn restart(&self, env: &[(String, String)]) -> Result<(), Error> {
-        let pids: Vec<u32> = self
-            .instances
-            .lock()
-            .expect("instances")
-            .iter()
-            .map(|i| i.pid)
-            .collect();
-        for &pid in &pids {
-            self.kill(pid).await?;
-        }
-        self.spec
-            .lock()
-            .expect("spec")
-            .env
-            .extend(env.iter().cloned());
-        for _ in &pids {
+        let n = self.stop().await;
+        self.spec.lock().expect("spec").env.extend_from_slice(env);
+        for _ in 0..n {
             self.spawn_instance().await?;
         }
         Ok(())
     }
 
-    /// Kills every process.
-    pub async fn stop(&self) {
-        let pids: Vec<u32> = self
-            .instances
-            .lock()
-            .expect("instances")
-            .iter()
-            .map(|i| i.pid)
-            .collect();
-        for pid in pids {
+    /// Kills every process; how many there were.
+    pub async fn stop(&self) -> usize {
+        let pids: Vec<u32> = {
+            let instances = self.instances.lock().expect("instances");
+            instances.iter().map(|i| i.pid).collect()
+        };
+        for &pid in &pids {
             let _ = self.kill(pid).await;
         }
+        pids.len()
     }
 
     /// Invokes the function with `req` as API Gateway would (an HTTP API v2 event from the
@@ -393,6 +378,20 @@ done
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// `req` through the front at `url`: its status and body.
+    async fn fetch(url: &str, req: Request<http_body_util::Empty<Bytes>>) -> (StatusCode, Bytes) {
+        let stream = tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        let resp = send.send_request(req).await.unwrap();
+        let status = resp.status();
+        let body = http_body_util::BodyExt::collect(resp.into_body()).await;
+        (status, body.unwrap().to_bytes())
+    }
+
     /// Two `Idempotency-Key` fields (and two `Authorization` fields) through the front reach
     /// the function as API Gateway's payload 2.0 hands them over: one field each, the values
     /// joined with commas, which the functions refuse as a list (not the first key, silently).
@@ -403,14 +402,6 @@ done
         let front = super::super::Front::start(vec![("/lambda-url/echo".into(), f.clone())])
             .await
             .unwrap();
-        let stream = tokio::net::TcpStream::connect(front.url().trim_start_matches("http://"))
-            .await
-            .unwrap();
-        let (mut send, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
         let req = Request::post("/lambda-url/echo/transfers")
             .header("host", "x")
             .header("idempotency-key", "k1")
@@ -419,8 +410,7 @@ done
             .header("authorization", "Bearer b")
             .body(http_body_util::Empty::<Bytes>::new())
             .unwrap();
-        let resp = send.send_request(req).await.unwrap();
-        assert_eq!(resp.status(), 200);
+        assert_eq!(fetch(&front.url(), req).await.0, 200);
         let event: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("event.json")).unwrap()).unwrap();
         assert_eq!(event["headers"]["idempotency-key"], "k1,k2", "{event}");
@@ -439,36 +429,20 @@ done
         let front = super::super::Front::start(vec![("/lambda-url/echo".into(), f.clone())])
             .await
             .unwrap();
-        let addr = front.url().trim_start_matches("http://").to_string();
-        let fetch = |path: &'static str| {
-            let addr = addr.clone();
-            async move {
-                let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-                let (mut send, conn) =
-                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                        .await
-                        .unwrap();
-                tokio::spawn(conn);
-                let req = Request::get(path)
-                    .header("host", "x")
-                    .body(http_body_util::Empty::<Bytes>::new())
-                    .unwrap();
-                let resp = send.send_request(req).await.unwrap();
-                let status = resp.status();
-                let body = http_body_util::BodyExt::collect(resp.into_body())
-                    .await
-                    .unwrap()
-                    .to_bytes();
-                (status, body)
-            }
+        let url = front.url();
+        let get = |path: &str| {
+            let empty = http_body_util::Empty::<Bytes>::new();
+            fetch(
+                &url,
+                Request::get(path).header("host", "x").body(empty).unwrap(),
+            )
         };
-        let (status, body) = fetch("/lambda-url/echo/accounts/a1").await;
+        let (status, body) = get("/lambda-url/echo/accounts/a1").await;
         assert_eq!(
             (status.as_u16(), body.as_ref()),
             (200, &b"/accounts/a1"[..])
         );
-        let (status, _) = fetch("/lambda-url/other/x").await;
-        assert_eq!(status, 404);
+        assert_eq!(get("/lambda-url/other/x").await.0, 404);
         f.stop().await;
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -1,80 +1,50 @@
 //! A Lambda HTTP response (API Gateway HTTP API v2 / function URL shape, as `lambda_http`
-//! writes it) back into an `http::Response`.
-
-use std::collections::BTreeMap;
+//! writes it) back into an `http::Response`, read with `lambda_http`'s own event types.
 
 use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
-use serde::Deserialize;
+use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpResponse;
+use lambda_http::Body;
 
 use super::Lost;
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LambdaResponse {
-    status_code: u16,
-    #[serde(default)]
-    headers: BTreeMap<String, OneOrMany>,
-    #[serde(default)]
-    multi_value_headers: BTreeMap<String, Vec<String>>,
-    #[serde(default)]
-    cookies: Vec<String>,
-    #[serde(default)]
-    body: Option<String>,
-    #[serde(default)]
-    is_base64_encoded: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
-}
 
 /// Parses the function's answer; a malformed one is [`Lost::BadResponse`].
 pub(crate) fn parse(raw: &[u8]) -> Result<Response<Bytes>, Lost> {
     let bad = |why: String| Lost::BadResponse(why);
-    let r: LambdaResponse = serde_json::from_slice(raw).map_err(|e| bad(e.to_string()))?;
+    let mut value: serde_json::Value =
+        serde_json::from_slice(raw).map_err(|e| bad(e.to_string()))?;
+    // A response may leave out its cookies; the type wants the field.
+    if let Some(fields) = value.as_object_mut() {
+        fields
+            .entry("cookies")
+            .or_insert_with(|| serde_json::json!([]));
+    }
+    let r: ApiGatewayV2httpResponse =
+        serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
     let body = match r.body {
-        None => Bytes::new(),
-        Some(text) if r.is_base64_encoded => base64::engine::general_purpose::STANDARD
+        Some(Body::Text(text)) if r.is_base64_encoded => base64::engine::general_purpose::STANDARD
             .decode(text)
             .map(Bytes::from)
             .map_err(|e| bad(format!("body: {e}")))?,
-        Some(text) => Bytes::from(text),
+        Some(body) => Bytes::copy_from_slice(body.as_ref()),
+        None => Bytes::new(),
     };
     let mut resp = Response::new(body);
-    *resp.status_mut() = StatusCode::from_u16(r.status_code).map_err(|e| bad(e.to_string()))?;
-    let headers = resp.headers_mut();
-    let mut add = |name: &str, value: &str| -> Result<(), Lost> {
-        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| bad(e.to_string()))?;
-        let value = HeaderValue::from_str(value).map_err(|e| bad(e.to_string()))?;
-        headers.append(name, value);
-        Ok(())
-    };
-    for (name, values) in &r.multi_value_headers {
-        for value in values {
-            add(name, value)?;
-        }
-    }
-    for (name, value) in &r.headers {
-        // A header in both maps is the same header: the multi-value one already has it all.
-        if r.multi_value_headers.contains_key(name) {
-            continue;
-        }
-        match value {
-            OneOrMany::One(value) => add(name, value)?,
-            OneOrMany::Many(values) => {
-                for value in values {
-                    add(name, value)?;
-                }
-            }
-        }
+    let status = u16::try_from(r.status_code).unwrap_or(0);
+    *resp.status_mut() = StatusCode::from_u16(status).map_err(|e| bad(e.to_string()))?;
+    // A header in both maps is the same header: the multi-value one already has it all.
+    let single = r
+        .headers
+        .iter()
+        .filter(|(name, _)| !r.multi_value_headers.contains_key(*name));
+    for (name, value) in r.multi_value_headers.iter().chain(single) {
+        resp.headers_mut().append(name, value.clone());
     }
     for cookie in &r.cookies {
-        add("set-cookie", cookie)?;
+        let cookie = HeaderValue::from_str(cookie).map_err(|e| bad(e.to_string()))?;
+        resp.headers_mut()
+            .append(HeaderName::from_static("set-cookie"), cookie);
     }
     Ok(resp)
 }

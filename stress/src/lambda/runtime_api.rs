@@ -12,20 +12,17 @@
 //! [`Reply::Crashed`] at once, and a poll still waiting for it lets go of the queue.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+
+use super::{answer, listen};
 
 const PREFIX: &str = "/2018-06-01/runtime";
 
@@ -107,8 +104,6 @@ impl Endpoint {
         queue: Arc<Queue>,
         ready: oneshot::Sender<Result<(), String>>,
     ) -> std::io::Result<Endpoint> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-        let addr: SocketAddr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             queue,
             state: Mutex::new(State {
@@ -119,24 +114,13 @@ impl Endpoint {
             dead: watch::Sender::new(false),
             arn: format!("arn:aws:lambda:us-east-1:123456789012:function:{function}"),
         });
-        let accept = {
+        let (addr, accept) = {
             let shared = shared.clone();
-            tokio::spawn(async move {
-                while let Ok((stream, _)) = listener.accept().await {
-                    let _ = stream.set_nodelay(true);
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        let service = service_fn(move |req| {
-                            let shared = shared.clone();
-                            async move { Ok::<_, Infallible>(shared.serve(req).await) }
-                        });
-                        // A process that dies closes its connections: nothing to report.
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
+            listen(move |_, req| {
+                let shared = shared.clone();
+                async move { shared.serve(req).await }
             })
+            .await?
         };
         Ok(Endpoint {
             address: addr.to_string(),
@@ -174,22 +158,6 @@ impl Drop for Endpoint {
 }
 
 type Body = Full<Bytes>;
-
-fn answer(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-fn unix_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
-}
 
 impl Shared {
     async fn serve(&self, req: Request<Incoming>) -> Response<Body> {
@@ -257,7 +225,7 @@ impl Shared {
         let Some(invocation) = invocation else {
             return answer(StatusCode::GONE, r#"{"errorType":"Stopped"}"#);
         };
-        let deadline = unix_ms() + invocation.timeout.as_millis();
+        let deadline = u128::from(crate::now_ms()) + invocation.timeout.as_millis();
         let (id, event) = (invocation.id.clone(), invocation.event.clone());
         {
             let mut state = self.state.lock().expect("runtime API state");

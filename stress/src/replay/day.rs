@@ -8,18 +8,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use secrecy::ExposeSecret;
 use serde::Serialize;
-use tollgate::clock::SystemClock;
-use tollgate::config::Env;
-use tollgate_functions::serve::GuardedFunction as _;
+use tollgate_tests::dynamo::Tables;
 
 use super::check;
 use super::plan::{Generator, Population, Rng};
 use super::run::{self, Traffic, FAULT_KINDS, OPERATIONS};
 use super::sequences;
 use super::Options;
-use crate::stack::HarnessStack;
+use crate::stack::{HarnessStack, Seeded};
 
 /// What the report shows (`templates/replay.md`).
 #[derive(Serialize)]
@@ -87,73 +84,41 @@ struct Check {
 /// Runs the day on `stack`.
 pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
     // Clients and accounts, written directly (not through the proxy) with the function's own
-    // stores and the stack's tables.
+    // stores; account `i` is the `i / clients`-th of client `i % clients` (`Population`).
     let setup_started = Instant::now();
     let ddb = &stack.ddb;
-    let app = transfer::App::from_env(
-        &Env::from_pairs(stack.tables.env_pairs()),
-        ddb.clone(),
-        None,
-        Arc::new(SystemClock),
-    )
-    .expect("the stack's settings");
     let mut rng = Rng::fork(o.seed, 0);
     let pop = Population::new(&mut rng, o.clients, o.accounts);
-    let mut clients = Vec::new();
-    for i in 0..o.clients {
-        let c = app
-            .clients
-            .create(&format!("replay-{i}"))
-            .await
-            .expect("create client");
-        clients.push((c.client_id, c.token.expose_secret().to_string()));
-    }
-    let accounts: Vec<(String, u64)> = futures::stream::iter(pop.accounts.iter())
-        .map(|(balance, owner)| {
-            let (app, owner) = (&app, &clients[*owner].0);
-            async move {
-                let a = app
-                    .ledger
-                    .create_account(owner, *balance, "JPY")
-                    .await
-                    .expect("create account");
-                (a.account_id, *balance)
-            }
+    let seeded: Vec<Seeded> = futures::stream::iter(0..o.clients)
+        .map(|c| {
+            let owned = pop.accounts.iter().filter(|(_, owner)| *owner == c);
+            let balances: Vec<u64> = owned.map(|(balance, _)| *balance).collect();
+            async move { stack.seed(&format!("replay-{c}"), &balances).await }
         })
-        .buffered(16)
-        .collect()
-        .await;
+        .buffered(4)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .expect("seed the day's clients and accounts");
+    let mut accounts: Vec<(String, u64)> = (pop.accounts.iter().enumerate())
+        .map(|(i, (balance, owner))| (seeded[*owner].accounts[i / o.clients].clone(), *balance))
+        .collect();
     let ids: Vec<String> = accounts.iter().map(|(a, _)| a.clone()).collect();
+    let mut clients: Vec<(String, String)> =
+        seeded.into_iter().map(|s| (s.client_id, s.token)).collect();
     // The sequences' clients, after the day's (whose generator knows only its own).
-    let mut accounts = accounts;
-    let mut seq_clients = Vec::new();
-    for name in ["lost-after-full", "in-flight", "burst"] {
-        let c = app
-            .clients
-            .create(&format!("replay-seq-{name}"))
-            .await
-            .expect("create client");
-        let mut mine = Vec::new();
-        for _ in 0..sequences::ACCOUNTS {
-            let a = app
-                .ledger
-                .create_account(&c.client_id, sequences::OPENING, "JPY")
-                .await
-                .expect("create account");
-            accounts.push((a.account_id.clone(), sequences::OPENING));
-            mine.push(a.account_id);
-        }
-        seq_clients.push((clients.len(), mine, c.client_id.clone()));
-        clients.push((c.client_id, c.token.expose_secret().to_string()));
-    }
-    let mut seq_clients = seq_clients.into_iter();
-    let mut next = || {
-        let (i, accounts, id) = seq_clients.next().expect("three");
-        ((i, accounts), id)
+    let mut next = async |name: &str| {
+        let opening = [sequences::OPENING; sequences::ACCOUNTS];
+        let s = stack.seed(&format!("replay-seq-{name}"), &opening).await;
+        let s = s.expect("seed a sequence's client");
+        accounts.extend(s.accounts.iter().map(|a| (a.clone(), sequences::OPENING)));
+        clients.push((s.client_id.clone(), s.token));
+        ((clients.len() - 1, s.accounts), s.client_id)
     };
-    let (lost_after_full, _) = next();
-    let (in_flight, _) = next();
-    let (burst, burst_id) = next();
+    let (lost_after_full, _) = next("lost-after-full").await;
+    let (in_flight, _) = next("in-flight").await;
+    let (burst, burst_id) = next("burst").await;
     let seq_clients = Arc::new(sequences::Clients {
         lost_after_full,
         in_flight,
@@ -234,15 +199,16 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
     stop.store(true, Ordering::SeqCst);
     let faults = faults.await.expect("fault task");
     let quiet = run::quiesce(proxy).await;
+    let tables = &stack.tables;
     if o.sabotage {
-        sabotage(ddb, &app).await;
+        sabotage(ddb, tables).await;
     }
 
     // Reconcile, reading DynamoDB directly.
     let check_started = Instant::now();
-    let transfers = check::scan(ddb, &app.settings.transfers_table).await;
-    let account_items = check::scan(ddb, &app.settings.accounts_table).await;
-    let idempotency = check::scan(ddb, &app.settings.idempotency_table).await;
+    let transfers = check::scan(ddb, &tables.transfers).await;
+    let account_items = check::scan(ddb, &tables.accounts).await;
+    let idempotency = check::scan(ddb, &tables.idempotency).await;
     let client_ids: Vec<String> = clients.iter().map(|(c, _)| c.clone()).collect();
     let findings = check::reconcile(check::Inputs {
         logs: &logs,
@@ -363,26 +329,26 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
 }
 
 /// What `--sabotage` does to DynamoDB (directly) before the reconciliation.
-async fn sabotage(ddb: &aws_sdk_dynamodb::Client, app: &transfer::App) {
+async fn sabotage(ddb: &aws_sdk_dynamodb::Client, tables: &Tables) {
     use aws_sdk_dynamodb::types::AttributeValue;
-    let records = check::scan(ddb, &app.settings.transfers_table).await;
+    let records = check::scan(ddb, &tables.transfers).await;
     assert!(records.len() >= 2, "too few transfers to sabotage");
     let mut copy = records[0].clone();
     copy.insert("pk".into(), AttributeValue::S("tr_sabotage_copy".into()));
     ddb.put_item()
-        .table_name(&app.settings.transfers_table)
+        .table_name(&tables.transfers)
         .set_item(Some(copy))
         .send()
         .await
         .expect("sabotage: copy a transfer");
     ddb.delete_item()
-        .table_name(&app.settings.transfers_table)
+        .table_name(&tables.transfers)
         .key("pk", records[1]["pk"].clone())
         .send()
         .await
         .expect("sabotage: delete a transfer");
     ddb.update_item()
-        .table_name(&app.settings.accounts_table)
+        .table_name(&tables.accounts)
         .key("pk", records[0]["to"].clone())
         .update_expression("SET #b = #b + :one")
         .expression_attribute_names("#b", "balance")

@@ -1,18 +1,8 @@
 //! `replay`: a day of hostile transfer traffic through the real `transfer` binary, with faults
-//! between it and DynamoDB, process kills, and a reconciliation of DynamoDB, read directly,
-//! against a ledger computed from the log.
-//!
-//! - [`plan`]: the day generated from the seed (who sends what, under which key);
-//! - [`run`]: the simulated bank clients and their retry rules, the fault schedule armed on the
-//!   proxy as the traffic goes, the kills;
-//! - [`sequences`]: the hostile sequences run on purpose beside the day (a lost answer after
-//!   the layer filled, `TransactionInProgress` until the ledger's budget ends, increments
-//!   delayed across a sliding boundary);
-//! - [`check`]: the reconciliation;
-//! - [`day`]: all of it on one [`HarnessStack`], and the report's figures (`templates/replay.md`).
-//!
-//! The stack is this process's: the fault proxy, the `transfer` pool (`--instances`
-//! processes) and the kills are calls, not files.
+//! between it and DynamoDB and process kills, then a reconciliation of DynamoDB, read directly,
+//! against a ledger computed from the log: [`plan`] (the day, from the seed), [`run`] (the
+//! clients, the faults, the kills), [`sequences`] (hostile sequences run on purpose), [`check`]
+//! and [`day`] (all of it on one stack, and the figures for `templates/replay.md`).
 
 mod check;
 mod day;

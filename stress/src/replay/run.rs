@@ -14,24 +14,16 @@ use tokio::sync::Semaphore;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 
 use crate::lambda::Pool;
+use crate::now_ms;
 
 use super::plan::{Kind, Logical, Rng};
 
-/// Attempts per body before the client gives up and records "unknown".
+/// Attempts per body before the client gives up and records "unknown". (It waits for each
+/// answer as long as the pool's invocation timeout.)
 const MAX_ATTEMPTS: u32 = 10;
-/// How long the client waits for one answer.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// 429s per body the client waits out (`Retry-After`) before it gives up: they are not
 /// failures, so they do not count as attempts.
 const MAX_LIMITED: u32 = 30;
-
-/// Wall-clock milliseconds since the epoch: the functions count their rate limits on the same
-/// clock, so an answer's admission happened between its exchange's `sent_ms` and `answered_ms`.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// One request and what came back.
 #[derive(Debug, Clone)]
@@ -208,46 +200,30 @@ impl Traffic {
         };
         self.sent.fetch_add(1, Ordering::SeqCst);
         let answer = match mode {
-            Mode::Normal => tokio::time::timeout(ANSWER_TIMEOUT, self.transfer.invoke(req)).await,
+            Mode::Normal => self.transfer.invoke(req).await,
             Mode::HangUp(ms) => {
-                match tokio::time::timeout(Duration::from_millis(ms), self.transfer.invoke(req))
-                    .await
-                {
-                    Ok(answer) => Ok(answer),
+                let wait = Duration::from_millis(ms);
+                match tokio::time::timeout(wait, self.transfer.invoke(req)).await {
+                    Ok(answer) => answer,
                     Err(_) => return Outcome::Lost("hung up on purpose".into()),
                 }
             }
         };
-        match answer {
-            Ok(Ok(r)) => {
-                let problem = serde_json::from_slice::<serde_json::Value>(r.body()).ok();
-                Outcome::Answer {
-                    status: r.status().as_u16(),
-                    replayed: r
-                        .headers()
-                        .get("idempotent-replayed")
-                        .is_some_and(|v| v == "true"),
-                    code: problem
-                        .as_ref()
-                        .and_then(|v| v["code"].as_str().map(str::to_string)),
-                    detail: problem
-                        .as_ref()
-                        .and_then(|v| v["detail"].as_str().map(str::to_string)),
-                    retry_after: r
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse().ok()),
-                    location: r
-                        .headers()
-                        .get("location")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_string),
-                    body: r.body().to_vec(),
-                }
-            }
-            Ok(Err(lost)) => Outcome::Lost(lost.to_string()),
-            Err(_) => Outcome::Lost(format!("no answer within {ANSWER_TIMEOUT:?}")),
+        let r = match answer {
+            Ok(r) => r,
+            Err(lost) => return Outcome::Lost(lost.to_string()),
+        };
+        let header = |name: &str| r.headers().get(name).and_then(|v| v.to_str().ok());
+        let problem = serde_json::from_slice::<serde_json::Value>(r.body()).unwrap_or_default();
+        let text = |field: &str| problem[field].as_str().map(str::to_string);
+        Outcome::Answer {
+            status: r.status().as_u16(),
+            replayed: header("idempotent-replayed") == Some("true"),
+            code: text("code"),
+            detail: text("detail"),
+            retry_after: header("retry-after").and_then(|v| v.parse().ok()),
+            location: header("location").map(str::to_string),
+            body: r.body().to_vec(),
         }
     }
 

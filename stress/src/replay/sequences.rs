@@ -31,7 +31,8 @@ use futures::future::join_all;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 
 use super::plan::{Body, Kind, Logical, Rng};
-use super::run::{now_ms, LogicalLog, Mode, Traffic};
+use super::run::{LogicalLog, Mode, Traffic};
+use crate::{now_ms, sleep_until};
 
 /// The replay's `client` layer: sliding, with a short window, so that a sequence can fill it
 /// and cross its boundaries within seconds. The day's own clients send a few requests per
@@ -323,12 +324,5 @@ impl Seq<'_> {
         logs.extend(after);
         self.settle_all(&mut logs).await;
         self.logs.extend(logs);
-    }
-}
-
-async fn sleep_until(ms: u64) {
-    let now = now_ms();
-    if ms > now {
-        tokio::time::sleep(Duration::from_millis(ms - now)).await;
     }
 }

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::reports::{Check, Failure, Recorder, Request};
+use super::reports::{Check, Recorder, Request};
 
 /// Checks whose failure means a response `openapi.yaml` does not allow.
 pub const SCHEMA_CHECKS: &[&str] = &[
@@ -118,13 +118,11 @@ impl Tally {
     }
 
     fn failure(&mut self, recorder: &Recorder, id: &str, check: &Check, reproduce: &Reproduce) {
-        let none = Failure::default();
-        let failure = check.failure_info.as_ref().map_or(&none, |f| &f.failure);
-        let title = format!("{} {}", failure.code, failure.title)
+        let failure = |field: &str| check.failure_info["failure"][field].as_str().unwrap_or("");
+        let title = format!("{} {}", failure("code"), failure("title"))
             .trim()
             .to_string();
-        let message = failure
-            .message
+        let message = failure("message")
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
@@ -154,8 +152,12 @@ impl Tally {
                     phase: recorder
                         .cases
                         .get(id)
-                        .and_then(|c| c.value.meta.as_ref())
-                        .map_or_else(|| "?".into(), |m| m.phase.name.clone()),
+                        .map_or("?", |c| {
+                            c.pointer("/value/meta/phase/name")
+                                .and_then(|n| n.as_str())
+                                .unwrap_or("?")
+                        })
+                        .into(),
                     case: id.to_string(),
                     reproduction: interaction
                         .and_then(|i| i.request.as_ref())
@@ -184,10 +186,11 @@ impl Tally {
 /// `METHOD /path` of a recorded case (its method, not its scenario's: a probe of an
 /// undocumented method is recorded under the operation it came from).
 fn operation(recorder: &Recorder, id: &str) -> String {
-    recorder.cases.get(id).map_or_else(
-        || "?".into(),
-        |c| format!("{} {}", c.value.method, c.value.path),
-    )
+    let case = |field: &str| {
+        let value = recorder.cases.get(id).map(|c| &c["value"][field]);
+        value.and_then(|v| v.as_str()).unwrap_or("?").to_string()
+    };
+    format!("{} {}", case("method"), case("path"))
 }
 /// A `curl` line that sends the recorded request again against the `.dev/env` variables of
 /// `cargo xtask dev` (`source .dev/env` first), with credentials as variables.

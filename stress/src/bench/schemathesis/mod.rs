@@ -1,49 +1,20 @@
-//! Part 4: Schemathesis against `openapi.yaml`, through the harness's HTTP front.
+//! Part 4: Schemathesis against `openapi.yaml`, through the harness's HTTP front
+//! ([`crate::lambda::Front`]) to the function processes, from its checked-in configuration and
+//! hooks (`bench/schemathesis/`). How it is run, and why, is `templates/bench-schemathesis.md`'s
+//! prose; what matters for the code:
 //!
-//! The integration tests check every response *they* provoke against `openapi.yaml`; this part
-//! lets a tool that knows nothing of our code generate the requests instead (schema examples,
-//! boundary values, schema-violating data, random bytes, other methods, request chains), so
-//! the document is tested against inputs nobody thought of. Schemathesis speaks HTTP, so it
-//! calls the front ([`crate::lambda::Front`], an API Gateway stand-in), which turns each request
-//! into an event with the one event builder and invokes the function's processes in the pool,
-//! under the runtime API emulator, as Lambda would.
-//!
-//! Schemathesis is driven by two checked-in files, `bench/schemathesis/schemathesis.toml` (its
-//! configuration: seed, examples, checks, reports, credentials) and `bench/schemathesis/hooks.py`;
-//! this module starts the stack, runs Schemathesis three times and reads its reports.
-//!
-//! Choices worth knowing:
-//!
-//! - Three Schemathesis runs, one per kind of caller (`--include-tag`), each sending only the
-//!   headers that caller really sends: the browser (`POST /session`, no credentials), a bank
-//!   client (`/transfers`, `/accounts`, a client's bearer token, as Schemathesis' auth for the
-//!   document's `bearerAuth`) and the operator (`/internal/kill-switch`, the internal token).
-//!   The operator run goes last because it flips kill switches, which would turn every later
-//!   answer into 403 `service_disabled`.
-//! - What changes from run to run (base URL, credentials, account ids, where reports go)
-//!   reaches the two files through environment variables, which the config names (`${…}`) and
-//!   the hook reads, so no command line, file or report holds a secret; Schemathesis'
-//!   sanitization hides the two credential headers (but not `Idempotency-Key`, which a
-//!   reproduction needs), and the figures are checked for the secrets before they are returned.
-//! - The limits are raised: every request comes from one address, so the default `ip=10/1h`
-//!   on `POST /session` would answer all but ten with 429 and hide the 200 path. 429s are
-//!   conformance-checked by the integration tests instead.
-//! - The hook replaces, in memory only, the document's example account ids with the stack's
-//!   two accounts (in the bank client's run), so the examples reach a 201 and the stateful
-//!   phase can follow the 201's `Location` to `GET /transfers/{id}`; random ids would only
-//!   ever meet 404.
-//! - Every response of a function carries `X-Request-Id`; a 5xx without one came from the
-//!   front, not a function, and is reported apart and kept out of the goals. A function that
-//!   panics is caught through its log ([`stack`]), which no Schemathesis report can see.
-//!
-//! What is read from where: the verdict, the test cases, the command and seed, request errors
-//! and Schemathesis' own summary of failures come from its JSON run report. No summary report
-//! of Schemathesis counts calls per status, evaluations per check or responses by header, so
-//! those come from its NDJSON events ([`findings`]), which also group the failed checks by our
-//! answer's problem code (Schemathesis groups by its failure title, which cannot tell a
-//! documented 400 from an unexplained one) and give each group a `curl` line against
-//! `cargo xtask dev`'s variables (Schemathesis' own, in its JUnit report, has the front's
-//! loopback URL and `[Filtered]` credentials, so it could not be run as written).
+//! - Three runs, one per kind of caller (`--include-tag`), the operator's last (it flips kill
+//!   switches). What changes from run to run (base URL, credentials, accounts, report paths)
+//!   reaches the files through environment variables, so no command line or file holds a
+//!   secret; the figures are checked for the secrets before they are returned.
+//! - A 5xx without `X-Request-Id` came from the front, not a function, and is kept out of the
+//!   goals; a function's panic is caught through its log ([`stack`]).
+//! - The verdict, test cases, command, seed, request errors and Schemathesis' failure summary
+//!   come from its JSON run report. No summary report counts calls per status, evaluations per
+//!   check or responses by header, so those come from its NDJSON events ([`findings`]), which
+//!   also group the failed checks by our answer's problem code (Schemathesis groups by its
+//!   failure title, which cannot tell a documented 400 from an unexplained one) with a `curl`
+//!   line against `cargo xtask dev` (its own has the front's URL and `[Filtered]` credentials).
 
 mod findings;
 mod reports;
@@ -332,13 +303,13 @@ fn schemathesis(
         if let Some(finished) = event.scenario_finished {
             tally.add(&finished.recorder, &caller.reproduce);
         }
-        if let Some(e) = event
-            .non_fatal_error
-            .filter(|e| e.value.kind == "InvalidSchema")
-        {
-            tally
-                .untestable
-                .insert((e.label, e.value.kind, e.value.message));
+        if let Some(e) = event.non_fatal_error {
+            let text = |at: &str| e.pointer(at).and_then(|v| v.as_str()).unwrap_or("");
+            if text("/value/type") == "InvalidSchema" {
+                let (label, message) = (text("/label"), text("/value/message"));
+                let error = (label.into(), "InvalidSchema".into(), message.into());
+                tally.untestable.insert(error);
+            }
         }
     }
     if tally.statuses.is_empty() {
@@ -378,7 +349,11 @@ fn schemathesis(
         seconds,
         exit: report.exit_code,
         seed: report.seed,
-        generated: report.test_cases.generated,
+        generated: report
+            .test_cases
+            .get("generated")
+            .and_then(|g| g.as_u64())
+            .unwrap_or(0),
         failures: report.failures,
     };
     Ok((run, tally, errors))

@@ -1,8 +1,6 @@
-//! Schemathesis' own reports, as far as part 4 reads them: the JSON run report (the verdict,
-//! the test cases, Schemathesis' summary of failures) and the NDJSON events, whose
-//! `ScenarioFinished` events carry each scenario's recorder (cases, interactions, checks).
-//! Every field is optional or defaulted: a field a later Schemathesis drops must not turn
-//! into a parse failure of the whole run, only into a smaller report.
+//! Schemathesis' own reports, as far as part 4 reads them: the JSON run report and the NDJSON
+//! events. Every field is optional or defaulted (deeper ones read as JSON values): a field a
+//! later Schemathesis drops must not fail the whole run, only make a smaller report.
 
 use std::collections::BTreeMap;
 
@@ -19,18 +17,13 @@ pub struct RunReport {
     pub command: String,
     pub seed: Option<u64>,
     pub exit_code: i32,
-    pub test_cases: TestCases,
+    /// `{"generated": n, ...}`.
+    pub test_cases: BTreeMap<String, serde_json::Value>,
     pub failures: Vec<FailureGroup>,
-    pub errors: Vec<ErrorGroup>,
+    pub errors: Vec<FailureGroup>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct TestCases {
-    pub generated: u64,
-}
-
-/// Schemathesis' failures of one kind (its title), over the run.
+/// Schemathesis' failures (or errors) of one kind (its title), over the run.
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct FailureGroup {
@@ -40,37 +33,15 @@ pub struct FailureGroup {
     pub operations: Vec<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct ErrorGroup {
-    pub title: String,
-    pub count: u64,
-}
-
-/// One NDJSON line; only `ScenarioFinished` and `NonFatalError` matter here.
+/// One NDJSON line; only `ScenarioFinished` (its `recorder`) and `NonFatalError` (an operation
+/// Schemathesis could not test, e.g. `InvalidSchema`: `label`, `value.type`, `value.message`)
+/// matter here.
 #[derive(Debug, Deserialize)]
 pub struct NdjsonEvent {
     #[serde(rename = "ScenarioFinished")]
     pub scenario_finished: Option<ScenarioFinished>,
     #[serde(rename = "NonFatalError")]
-    pub non_fatal_error: Option<NonFatalError>,
-}
-
-/// An operation Schemathesis could not test (e.g. `InvalidSchema`: the document is wrong).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct NonFatalError {
-    /// `METHOD /path`.
-    pub label: String,
-    pub value: ErrorValue,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct ErrorValue {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub message: String,
+    pub non_fatal_error: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,41 +49,16 @@ pub struct ScenarioFinished {
     pub recorder: Recorder,
 }
 
-/// A scenario's cases, interactions and checks, each keyed by case id.
+/// A scenario's cases (`value.method`, `value.path`, `value.meta.phase.name`), interactions and
+/// checks, each keyed by case id.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Recorder {
     /// The operation (`METHOD /path`), or a name such as `Stateful tests`.
     pub label: String,
-    pub cases: BTreeMap<String, CaseNode>,
+    pub cases: BTreeMap<String, serde_json::Value>,
     pub interactions: BTreeMap<String, Interaction>,
     pub checks: BTreeMap<String, Vec<Check>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct CaseNode {
-    pub value: Case,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Case {
-    pub method: String,
-    pub path: String,
-    pub meta: Option<CaseMeta>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct CaseMeta {
-    pub phase: Named,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Named {
-    pub name: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -182,21 +128,8 @@ impl Response {
 pub struct Check {
     pub name: String,
     pub status: String,
-    pub failure_info: Option<FailureInfo>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct FailureInfo {
-    pub failure: Failure,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Failure {
-    pub code: String,
-    pub title: String,
-    pub message: String,
+    /// `{"failure": {"code", "title", "message"}}`.
+    pub failure_info: serde_json::Value,
 }
 
 #[derive(Debug, Default, Deserialize)]
