@@ -1,11 +1,11 @@
 //! `cargo xtask deploy`: the stack on AWS in one command.
 //!
 //! The SSM parameters checked (a missing one stops the deploy before anything is built or
-//! changed, with the command that creates it) → `sam build` → `sam deploy` → the stack's outputs read back →
-//! the page uploaded and CloudFront's copies invalidated (`Frontend=cloudfront`) → the URLs
-//! printed and the outputs recorded in `.dev/deployed.json`, where the operator CLI finds the
-//! stack's region and table names (`tollgate …` then needs no exported variables, and says
-//! which stack it talks to).
+//! changed, with the command that creates it) → `sam build` → `sam deploy` → the stack's
+//! outputs read back → the page uploaded and CloudFront's copies invalidated
+//! (`Frontend=cloudfront`) → the URLs printed and the outputs recorded in `.dev/deployed.json`,
+//! where the operator CLI finds the stack's region and table names (`tollgate …` then needs no
+//! exported variables, and says which stack it talks to).
 //!
 //! Choices worth knowing:
 //!
@@ -36,32 +36,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::util::{self, info, step, Result};
+use crate::setup::{self, Need};
+use crate::util::{self, bail, info, step, CmdExt, Context, Result};
 
 /// Where the deployment is recorded, relative to the workspace root (`.dev/` is not committed).
 pub const RECORD: &str = ".dev/deployed.json";
 const DEFAULT_STACK: &str = "tollgate";
 const FRONTENDS: [&str; 2] = ["cloudfront", "httpapi"];
 
-/// The SecureString parameters the functions read: (template parameter that names it, its
-/// default name in `template.yaml`, the value `put-parameter` is shown with).
-const SSM_PARAMETERS: [(&str, &str, &str); 3] = [
-    (
-        "OpenAiApiKeyParam",
-        "/tollgate/openai-api-key",
-        "\"$OPENAI_API_KEY\"",
-    ),
-    (
-        "InternalTokenParam",
-        "/tollgate/internal-token",
-        "\"$(openssl rand -hex 32)\"",
-    ),
-    (
-        "OriginVerifySecretParam",
-        "/tollgate/origin-verify-secret",
-        "\"$(openssl rand -hex 32)\"",
-    ),
+/// The SecureString parameters the functions read: the template parameter that names each,
+/// and its default name in `template.yaml`. The origin-verify secret is the last.
+const SSM_PARAMETERS: [(&str, &str); 3] = [
+    ("OpenAiApiKeyParam", "/tollgate/openai-api-key"),
+    ("InternalTokenParam", "/tollgate/internal-token"),
+    ("OriginVerifySecretParam", "/tollgate/origin-verify-secret"),
 ];
 
 #[derive(clap::Args, Debug, Default)]
@@ -115,66 +105,89 @@ pub struct Tools {
 
 /// `cargo xtask deploy`.
 pub fn run(args: Args) -> Result {
-    let venv_bin = crate::setup::python_tools_alone()?;
+    setup::ensure(&[Need::Python])?;
+    let venv_bin = setup::python_tools()?;
     let path = util::path_with(&venv_bin)?;
     let aws = std::env::split_paths(&path)
         .map(|dir| dir.join("aws"))
-        .find(|p| p.is_file())
-        .ok_or("the AWS CLI (`aws`) is not on PATH: install it (https://aws.amazon.com/cli/) and configure credentials")?;
+        .find(|p| p.is_file());
+    let aws = aws.context("the AWS CLI (`aws`) is not on PATH: install it (https://aws.amazon.com/cli/) and configure credentials")?;
     let tools = Tools {
         sam: venv_bin.join("sam"),
         aws,
         path,
     };
     let stdin = std::io::stdin();
-    let interactive = stdin.is_terminal();
-    deploy(
-        &args,
-        &tools,
-        &util::workspace_root(),
-        interactive.then(|| stdin.lock()),
-    )
+    let answers = stdin.is_terminal().then(|| stdin.lock());
+    deploy(&args, &tools, &util::workspace_root(), answers)
 }
 
 /// The deploy from `root`, asking through `answers` when there is a terminal (tests pass a
 /// buffer).
 pub fn deploy(args: &Args, tools: &Tools, root: &Path, answers: Option<impl BufRead>) -> Result {
     let record_path = root.join(RECORD);
-    let before = read_record(&record_path)?;
-    let mut d = choose(args, tools, before.as_ref(), answers)?;
+    let before = match fs::read_to_string(&record_path) {
+        Ok(text) => Some(serde_json::from_str(&text).with_context(|| {
+            format!("{} is unreadable: fix or remove it", record_path.display())
+        })?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => bail!("cannot read {}: {e}", record_path.display()),
+    };
+    let mut d = choose(args, tools, before, answers)?;
 
     step("check the SSM parameters");
     let origin_secret = check_parameters(tools, &d)?;
 
     step("sam build");
-    util::run(&mut sam(tools, &d, root, "build"))?;
+    sam(tools, &d, root, "build").run()?;
 
     step("sam deploy");
-    let config = PrivateFile::write(
-        &root.join(".dev/deploy-samconfig.toml"),
-        &sam_config(root, &d, origin_secret.as_deref())?,
-    )?;
+    let config = root.join(".dev/deploy-samconfig.toml");
+    fs::create_dir_all(root.join(".dev"))?;
+    util::write_private(&config, &sam_config(root, &d, origin_secret.as_deref())?)?;
     let mut deploy = sam(tools, &d, root, "deploy");
     deploy
         .arg("--config-file")
-        .arg(&config.0)
+        .arg(&config)
         .args(["--stack-name", &d.stack_name]);
     if args.yes {
         deploy.arg("--no-confirm-changeset");
     }
-    util::run(&mut deploy)?;
-    drop(config);
+    let deployed = deploy.run();
+    // The file holds the origin secret: gone whether the deploy worked or not.
+    let _ = fs::remove_file(&config);
+    deployed?;
 
     step("read the stack's outputs");
-    d.outputs = outputs(tools, &d)?;
+    let describe = [
+        "cloudformation",
+        "describe-stacks",
+        "--stack-name",
+        &d.stack_name,
+    ];
+    let stacks: Value = aws_json(tools, &d, &describe)?;
+    let stack = stacks["Stacks"]
+        .get(0)
+        .context("describe-stacks found no stack")?;
+    let outputs = stack["Outputs"].as_array().into_iter().flatten();
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    d.outputs = outputs
+        .map(|o| (text(&o["OutputKey"]), text(&o["OutputValue"])))
+        .collect();
     d.deployed_at = util::unix_now();
-    write_record(&record_path, &d)?;
+    fs::write(&record_path, serde_json::to_string_pretty(&d)? + "\n")?;
 
     if let Some(bucket) = d.outputs.get("PageBucketName") {
         step("upload the page");
         upload_page(tools, &d, root, bucket)?;
     }
-    print_summary(&d);
+    step(&format!("deployed stack {} in {}", d.stack_name, d.region));
+    for key in ["PageUrl", "ApiBaseUrl", "SessionUrl", "TransferUrl"] {
+        if let Some(url) = d.outputs.get(key) {
+            println!("{key}={url}");
+        }
+    }
+    info(format!("recorded in {RECORD}: `tollgate …` now talks to this stack (e.g. `tollgate clients create --name acme`)"));
     Ok(())
 }
 
@@ -183,162 +196,132 @@ pub fn deploy(args: &Args, tools: &Tools, root: &Path, answers: Option<impl BufR
 fn choose(
     args: &Args,
     tools: &Tools,
-    before: Option<&Deployed>,
+    before: Option<Deployed>,
     answers: Option<impl BufRead>,
 ) -> Result<Deployed> {
-    let mut d = before.cloned().unwrap_or_default();
-    d.outputs.clear();
-    if args.profile.is_some() {
-        d.profile = args.profile.clone();
-    }
-    for p in &args.parameters {
-        let (key, value) = parse_parameter(p)?;
-        d.parameters.insert(key.into(), value.into());
-    }
     let ask = (before.is_none() || args.guided)
         .then_some(answers)
         .flatten();
-    let profile_region = || aws_line(tools, d.profile.as_deref(), &["configure", "get", "region"]);
-    let stack = args
-        .stack_name
-        .clone()
-        .or_else(|| Some(d.stack_name.clone()).filter(|s| !s.is_empty()));
-    let region = args
-        .region
-        .clone()
-        .or_else(|| Some(d.region.clone()).filter(|r| !r.is_empty()));
-    let frontend = d.parameters.get("Frontend").cloned();
-    let email = d.parameters.get("AlarmEmail").cloned();
+    let mut d = before.unwrap_or_default();
+    d.outputs.clear();
+    d.profile = args.profile.clone().or(d.profile);
+    for p in &args.parameters {
+        let (key, value) = p
+            .split_once('=')
+            .filter(|(key, _)| !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric()))
+            .with_context(|| {
+                format!("--parameter wants KEY=VALUE with a template parameter's name, not {p:?}")
+            })?;
+        if key == "OriginVerifySecret" {
+            bail!(
+                "OriginVerifySecret is read from its SSM parameter, never passed on a command line"
+            );
+        }
+        d.parameters.insert(key.into(), value.into());
+    }
+    let recorded = |value: &String| Some(value.clone()).filter(|v| !v.is_empty());
+    d.stack_name = (args.stack_name.clone().or(recorded(&d.stack_name)))
+        .unwrap_or_else(|| DEFAULT_STACK.into());
+    let region = args.region.clone().or(recorded(&d.region));
+    // The profile's region, if it has one.
+    let profile_region = || {
+        // Asked only when no region is known, so the call has none.
+        let mut cmd = aws(tools, &d);
+        let out = cmd
+            .args(["configure", "get", "region"])
+            .stderr(Stdio::null())
+            .read();
+        out.ok()
+            .map(|line| line.trim().to_string())
+            .filter(|l| !l.is_empty())
+    };
+    d.region = region.or_else(profile_region).unwrap_or_default();
     if let Some(mut answers) = ask {
         eprintln!(
             "First deploy from here (or --guided): four questions; Enter keeps [the default]."
         );
-        d.stack_name = prompt(
-            &mut answers,
-            "Stack name",
-            stack.unwrap_or_else(|| DEFAULT_STACK.into()),
-        )?;
-        d.region = prompt(
-            &mut answers,
-            "AWS region",
-            region.or_else(profile_region).unwrap_or_default(),
-        )?;
-        let frontend = prompt(
-            &mut answers,
+        let mut ask = |question: &str, default: String| -> Result<String> {
+            eprint!("{question} [{default}]: ");
+            std::io::stderr().flush()?;
+            let mut line = String::new();
+            answers.read_line(&mut line)?;
+            // An empty answer (or the end of input) keeps the default.
+            Ok(Some(line.trim().to_string())
+                .filter(|l| !l.is_empty())
+                .unwrap_or(default))
+        };
+        d.stack_name = ask("Stack name", d.stack_name.clone())?;
+        d.region = ask("AWS region", d.region.clone())?;
+        let frontend = d.parameters.get("Frontend").cloned();
+        let frontend = ask(
             "Frontend (cloudfront or httpapi)",
-            frontend.unwrap_or_else(|| FRONTENDS[0].into()),
+            frontend.unwrap_or(FRONTENDS[0].into()),
         )?;
         d.parameters.insert("Frontend".into(), frontend);
-        let email = prompt(
-            &mut answers,
-            "Alarm e-mail (empty: none)",
-            email.unwrap_or_default(),
-        )?;
-        match email.is_empty() {
-            true => d.parameters.remove("AlarmEmail"),
-            false => d.parameters.insert("AlarmEmail".into(), email),
-        };
-    } else {
-        d.stack_name = stack.unwrap_or_else(|| DEFAULT_STACK.into());
-        d.region = region.or_else(profile_region).unwrap_or_default();
+        let email = d.parameters.remove("AlarmEmail").unwrap_or_default();
+        let email = ask("Alarm e-mail (empty: none)", email)?;
+        if !email.is_empty() {
+            d.parameters.insert("AlarmEmail".into(), email);
+        }
     }
     if d.region.is_empty() {
-        return Err("no AWS region: pass --region, or set one in your AWS profile (`aws configure set region …`)".into());
+        bail!("no AWS region: pass --region, or set one in your AWS profile (`aws configure set region …`)");
     }
     let frontend = d
         .parameters
         .get("Frontend")
         .map_or(FRONTENDS[0], String::as_str);
     if !FRONTENDS.contains(&frontend) {
-        return Err(format!("Frontend must be cloudfront or httpapi, not {frontend:?}").into());
+        bail!("Frontend must be cloudfront or httpapi, not {frontend:?}");
     }
-    for (key, value) in &d.parameters {
-        check_value(key, value)?;
+    // SAM's `parameter_overrides` separates parameters by spaces and quotes with `"`.
+    if let Some(key) = d.parameters.iter().find(|(_, v)| !plain(v)).map(|(k, _)| k) {
+        bail!("parameter {key}: spaces, quotes and backslashes are not supported in values");
     }
     Ok(d)
 }
 
-/// One question; an empty answer (or the end of input) keeps `default`.
-fn prompt(answers: &mut impl BufRead, question: &str, default: String) -> Result<String> {
-    eprint!("{question} [{default}]: ");
-    std::io::stderr().flush()?;
-    let mut line = String::new();
-    answers.read_line(&mut line)?;
-    let line = line.trim();
-    Ok(if line.is_empty() {
-        default
-    } else {
-        line.into()
-    })
-}
-
-fn parse_parameter(p: &str) -> Result<(&str, &str)> {
-    match p.split_once('=') {
-        Some((key, value)) if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric()) => {
-            if key == "OriginVerifySecret" {
-                return Err("OriginVerifySecret is read from its SSM parameter, never passed on a command line".into());
-            }
-            Ok((key, value))
-        }
-        _ => Err(format!(
-            "--parameter wants KEY=VALUE with a template parameter's name, not {p:?}"
-        )
-        .into()),
-    }
-}
-
-/// SAM's `parameter_overrides` separates parameters by spaces and quotes with `"`.
-fn check_value(key: &str, value: &str) -> Result {
-    if value
+/// Whether `value` can stand in `parameter_overrides` as it is.
+fn plain(value: &str) -> bool {
+    !value
         .chars()
         .any(|c| c.is_whitespace() || c == '"' || c == '\\')
-    {
-        return Err(format!(
-            "parameter {key}: spaces, quotes and backslashes are not supported in values"
-        )
-        .into());
-    }
-    Ok(())
 }
 
 /// The SSM parameters the stack names must exist; returns the origin-verify secret's value
 /// when CloudFront needs it.
 fn check_parameters(tools: &Tools, d: &Deployed) -> Result<Option<String>> {
-    let names: Vec<(&str, String, &str)> = SSM_PARAMETERS
-        .iter()
-        .map(|(param, default, value)| {
-            let name = d
-                .parameters
-                .get(*param)
-                .cloned()
-                .unwrap_or_else(|| (*default).into());
-            (*param, name, *value)
+    let names = SSM_PARAMETERS.map(|(param, default)| {
+        d.parameters
+            .get(param)
+            .cloned()
+            .unwrap_or_else(|| default.into())
+    });
+    let mut args = vec!["ssm", "get-parameters", "--names"];
+    args.extend(names.iter().map(String::as_str));
+    let found = aws_json(tools, d, &args)?;
+    let invalid = found["InvalidParameters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let target = target_flags(d).join(" ");
+    let missing: Vec<String> = (names.iter().enumerate())
+        .filter(|(_, name)| invalid.iter().any(|i| i == name.as_str()))
+        .map(|(i, name)| {
+            let value = match i {
+                0 => "\"$OPENAI_API_KEY\"",
+                _ => "\"$(openssl rand -hex 32)\"",
+            };
+            format!("  aws ssm put-parameter --type SecureString --name {name} --value {value} {target}")
         })
         .collect();
-    let mut args = vec!["ssm", "get-parameters", "--output", "json", "--names"];
-    args.extend(names.iter().map(|(_, name, _)| name.as_str()));
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct Found {
-        #[serde(default)]
-        invalid_parameters: Vec<String>,
-    }
-    let found: Found = serde_json::from_str(&aws_output(tools, d, &args)?)
-        .map_err(|e| format!("`aws ssm get-parameters` answered something unreadable: {e}"))?;
-    let target = target_flags(d).join(" ");
-    let missing: Vec<String> = names
-        .iter()
-        .filter(|(_, name, _)| found.invalid_parameters.contains(name))
-        .map(|(_, name, value)| format!("  aws ssm put-parameter --type SecureString --name {name} --value {value} {target}"))
-        .collect();
     if !missing.is_empty() {
-        return Err(format!(
+        bail!(
             "{} SSM parameter(s) the functions read do not exist in {}; nothing was deployed. Create them with:\n{}",
             missing.len(),
             d.region,
             missing.join("\n")
-        )
-        .into());
+        );
     }
     if d.parameters
         .get("Frontend")
@@ -346,29 +329,17 @@ fn check_parameters(tools: &Tools, d: &Deployed) -> Result<Option<String>> {
     {
         return Ok(None);
     }
-    let origin = &names[2].1;
-    let value = aws_output(
-        tools,
-        d,
-        &[
-            "ssm",
-            "get-parameter",
-            "--with-decryption",
-            "--name",
-            origin,
-            "--query",
-            "Parameter.Value",
-            "--output",
-            "text",
-        ],
-    )?;
+    let origin = &names[2];
+    let get = "ssm get-parameter --with-decryption --query Parameter.Value --output text --name";
+    let mut cmd = aws(tools, d);
+    let value = cmd
+        .args(get.split(' '))
+        .arg(origin)
+        .stderr(Stdio::inherit())
+        .read()?;
     let value = value.trim();
-    if value.is_empty()
-        || value
-            .chars()
-            .any(|c| c.is_whitespace() || c == '"' || c == '\\')
-    {
-        return Err(format!("the value of {origin} is empty or holds spaces or quotes: put a new one (e.g. `openssl rand -hex 32`)").into());
+    if value.is_empty() || !plain(value) {
+        bail!("the value of {origin} is empty or holds spaces or quotes: put a new one (e.g. `openssl rand -hex 32`)");
     }
     Ok(Some(value.to_string()))
 }
@@ -376,192 +347,82 @@ fn check_parameters(tools: &Tools, d: &Deployed) -> Result<Option<String>> {
 /// `samconfig.toml` with the deploy's parameters added to its `[default.deploy.parameters]`.
 fn sam_config(root: &Path, d: &Deployed, origin_secret: Option<&str>) -> Result<String> {
     let committed = fs::read_to_string(root.join("samconfig.toml"))?;
-    let mut overrides: Vec<String> = d
-        .parameters
-        .iter()
+    let secret = origin_secret.map(|s| ("OriginVerifySecret".to_string(), s.to_string()));
+    let overrides: Vec<String> = (d.parameters.clone().into_iter().chain(secret))
         .map(|(k, v)| format!("{k}=\"{v}\""))
         .collect();
-    if let Some(secret) = origin_secret {
-        overrides.push(format!("OriginVerifySecret=\"{secret}\""));
-    }
     let header = "[default.deploy.parameters]";
     let (head, tail) = committed
         .split_once(header)
-        .ok_or("samconfig.toml has no [default.deploy.parameters] table")?;
+        .context("samconfig.toml has no [default.deploy.parameters] table")?;
     let line = serde_json::to_string(&overrides.join(" "))?;
     Ok(format!(
         "{head}{header}\nparameter_overrides = {line}{tail}"
     ))
 }
 
-/// A file only this user can read, removed when dropped.
-struct PrivateFile(PathBuf);
-
-impl PrivateFile {
-    fn write(path: &Path, text: &str) -> Result<Self> {
-        fs::create_dir_all(path.parent().ok_or("no parent")?)?;
-        util::write_private(path, text)?;
-        Ok(Self(path.to_path_buf()))
-    }
-}
-
-impl Drop for PrivateFile {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
-    }
-}
-
-fn outputs(tools: &Tools, d: &Deployed) -> Result<BTreeMap<String, String>> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct Stacks {
-        stacks: Vec<Described>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct Described {
-        #[serde(default)]
-        outputs: Vec<Output>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct Output {
-        output_key: String,
-        output_value: String,
-    }
-    let text = aws_output(
-        tools,
-        d,
-        &[
-            "cloudformation",
-            "describe-stacks",
-            "--stack-name",
-            &d.stack_name,
-            "--output",
-            "json",
-        ],
-    )?;
-    let stacks: Stacks = serde_json::from_str(&text).map_err(|e| {
-        format!("`aws cloudformation describe-stacks` answered something unreadable: {e}")
-    })?;
-    let stack = stacks
-        .stacks
-        .into_iter()
-        .next()
-        .ok_or("describe-stacks found no stack")?;
-    Ok(stack
-        .outputs
-        .into_iter()
-        .map(|o| (o.output_key, o.output_value))
-        .collect())
-}
-
 fn upload_page(tools: &Tools, d: &Deployed, root: &Path, bucket: &str) -> Result {
     let dest = format!("s3://{bucket}/");
-    let web = root.join("web");
+    // Later filters win and `*` also matches `/`: only the page's own top-level files.
+    let filters = "--exclude * --include *.html --include *.js --include *.css --exclude */*";
     let mut sync = aws(tools, d);
     sync.args(["s3", "sync"])
-        .arg(format!("{}/", web.display()))
-        .arg(&dest)
-        .args(["--delete", "--cache-control", "max-age=300"])
-        // Later filters win and `*` also matches `/`: only the page's own top-level files.
-        .args([
-            "--exclude",
-            "*",
-            "--include",
-            "*.html",
-            "--include",
-            "*.js",
-            "--include",
-            "*.css",
-            "--exclude",
-            "*/*",
-        ]);
-    util::run(&mut sync)?;
+        .arg(format!("{}/", root.join("web").display()))
+        .arg(&dest);
+    sync.args(["--delete", "--cache-control", "max-age=300"])
+        .args(filters.split(' '))
+        .run()?;
     let config = d
         .outputs
         .get("PageConfig")
-        .ok_or("the stack has a page bucket but no PageConfig output")?;
+        .context("the stack has a page bucket but no PageConfig output")?;
     let mut cp = aws(tools, d);
-    cp.args(["s3", "cp", "-"])
-        .arg(format!("{dest}config.json"))
-        .args([
-            "--content-type",
-            "application/json",
-            "--cache-control",
-            "max-age=300",
-        ])
-        .stdin(Stdio::piped());
+    cp.args(["s3", "cp", "-", &format!("{dest}config.json")]);
+    cp.args([
+        "--content-type",
+        "application/json",
+        "--cache-control",
+        "max-age=300",
+    ]);
     let mut child = cp
+        .stdin(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("could not start `{}`: {e}", util::display(&cp)))?;
+        .with_context(|| format!("could not start `{}`", cp.display()))?;
     child
         .stdin
         .take()
-        .ok_or("no stdin")?
+        .context("no stdin")?
         .write_all(config.as_bytes())?;
     let status = child.wait()?;
     if !status.success() {
-        return Err(format!("`{}` failed ({status})", util::display(&cp)).into());
+        bail!("`{}` failed ({status})", cp.display());
     }
     if let Some(id) = d.outputs.get("DistributionId") {
         let mut invalidate = aws(tools, d);
+        invalidate.args(["cloudfront", "create-invalidation", "--distribution-id", id]);
         invalidate
-            .args([
-                "cloudfront",
-                "create-invalidation",
-                "--distribution-id",
-                id,
-                "--paths",
-                "/*",
-                "--output",
-                "json",
-            ])
-            .stdout(Stdio::null());
-        util::run(&mut invalidate)?;
+            .args(["--paths", "/*", "--output", "json"])
+            .stdout(Stdio::null())
+            .run()?;
         info(format!("invalidated /* on distribution {id}"));
     }
     Ok(())
 }
 
-fn print_summary(d: &Deployed) {
-    step(&format!("deployed stack {} in {}", d.stack_name, d.region));
-    for key in ["PageUrl", "ApiBaseUrl", "SessionUrl", "TransferUrl"] {
-        if let Some(url) = d.outputs.get(key) {
-            println!("{key}={url}");
-        }
-    }
-    info(format!(
-        "recorded in {RECORD}: `tollgate …` now talks to this stack (e.g. `tollgate clients create --name acme`)"
-    ));
-}
-
-fn read_record(path: &Path) -> Result<Option<Deployed>> {
-    match fs::read_to_string(path) {
-        Ok(text) => Ok(Some(serde_json::from_str(&text).map_err(|e| {
-            format!("{} is unreadable ({e}): fix or remove it", path.display())
-        })?)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display()).into()),
-    }
-}
-
-fn write_record(path: &Path, d: &Deployed) -> Result {
-    fs::create_dir_all(path.parent().ok_or("no parent")?)?;
-    fs::write(path, serde_json::to_string_pretty(d)? + "\n")?;
-    Ok(())
-}
-
 /// `--profile`/`--region` as every call gets them.
 fn target_flags(d: &Deployed) -> Vec<String> {
-    let mut flags = Vec::new();
-    if let Some(p) = &d.profile {
-        flags.extend(["--profile".to_string(), p.clone()]);
-    }
-    if !d.region.is_empty() {
-        flags.extend(["--region".to_string(), d.region.clone()]);
-    }
-    flags
+    let profile = d
+        .profile
+        .iter()
+        .flat_map(|p| ["--profile".into(), p.clone()]);
+    let region = Some(&d.region).filter(|r| !r.is_empty());
+    profile
+        .chain(
+            region
+                .into_iter()
+                .flat_map(|r| ["--region".into(), r.clone()]),
+        )
+        .collect()
 }
 
 /// `sam <subcommand> --profile … --region …` from `root` (SAM's options follow the subcommand).
@@ -580,29 +441,20 @@ fn aws(tools: &Tools, d: &Deployed) -> Command {
     cmd
 }
 
-/// What an `aws` call prints on stdout; its stderr goes to the terminal.
-fn aws_output(tools: &Tools, d: &Deployed, args: &[&str]) -> Result<String> {
+/// What an `aws … --output json` call prints; its stderr goes to the terminal.
+fn aws_json(tools: &Tools, d: &Deployed, args: &[&str]) -> Result<Value> {
     let mut cmd = aws(tools, d);
-    cmd.args(args).stderr(Stdio::inherit());
     let out = cmd
-        .output()
-        .map_err(|e| format!("could not start `{}`: {e}", util::display(&cmd)))?;
-    if !out.status.success() {
-        return Err(format!("`{}` failed ({})", util::display(&cmd), out.status).into());
-    }
-    Ok(String::from_utf8(out.stdout)?)
-}
-
-/// One line from `aws`, e.g. the profile's region; `None` if it has none.
-fn aws_line(tools: &Tools, profile: Option<&str>, args: &[&str]) -> Option<String> {
-    let mut cmd = Command::new(&tools.aws);
-    cmd.env("PATH", &tools.path);
-    if let Some(p) = profile {
-        cmd.args(["--profile", p]);
-    }
-    let out = cmd.args(args).stderr(Stdio::null()).output().ok()?;
-    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !line.is_empty()).then_some(line)
+        .args(args)
+        .args(["--output", "json"])
+        .stderr(Stdio::inherit())
+        .read()?;
+    serde_json::from_str(&out).with_context(|| {
+        format!(
+            "`aws {}` answered something unreadable",
+            args[..2].join(" ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -610,48 +462,33 @@ mod tests {
     //! The deploy against stand-in `sam` and `aws` executables that record their arguments and
     //! answer as the real ones do (no AWS is reachable from a test).
 
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
+    use crate::stand_in::StandIn;
 
     const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
-    /// A workspace with the committed `samconfig.toml` and a page, and stand-ins on `PATH`.
-    struct Bench {
-        root: PathBuf,
-        bin: PathBuf,
-    }
-
-    impl Bench {
-        /// `missing`: the SSM parameters the stand-in reports as absent; `outputs`: the
-        /// stack's outputs as `describe-stacks` gives them.
-        fn new(name: &str, missing: &[&str], outputs: &[(&str, &str)]) -> Self {
-            let root =
-                std::env::temp_dir().join(format!("xtask-deploy-{name}-{}", std::process::id()));
-            let _ = fs::remove_dir_all(&root);
-            let bin = root.join("bin");
-            fs::create_dir_all(&bin).unwrap();
-            fs::create_dir_all(root.join("web/test")).unwrap();
-            fs::write(root.join("web/index.html"), "<!doctype html>").unwrap();
-            fs::copy(
-                util::workspace_root().join("samconfig.toml"),
-                root.join("samconfig.toml"),
-            )
-            .unwrap();
-            let outputs: Vec<_> = outputs
-                .iter()
-                .map(|(k, v)| serde_json::json!({"OutputKey": k, "OutputValue": v}))
-                .collect();
-            let stacks = serde_json::json!({"Stacks": [{"StackName": "x", "Outputs": outputs}]});
-            fs::write(root.join("stacks.json"), stacks.to_string()).unwrap();
-            let invalid = serde_json::json!({"Parameters": [], "InvalidParameters": missing});
-            fs::write(root.join("parameters.json"), invalid.to_string()).unwrap();
-            let dir = root.display();
-            // Each call appends one line to calls.log: the program and its arguments.
-            let aws = format!(
-                r#"#!/bin/sh
-echo "aws $*" >> {dir}/calls.log
-case "$*" in
+    /// A workspace with the committed `samconfig.toml` and a page, and stand-ins on `PATH`:
+    /// `missing` are the SSM parameters reported absent, `outputs` the stack's outputs.
+    fn workspace(name: &str, missing: &[&str], outputs: &[(&str, &str)]) -> StandIn {
+        let w = StandIn::new(&format!("deploy-{name}"));
+        fs::create_dir_all(w.dir.join("web/test")).unwrap();
+        fs::write(w.dir.join("web/index.html"), "<!doctype html>").unwrap();
+        fs::copy(
+            util::workspace_root().join("samconfig.toml"),
+            w.dir.join("samconfig.toml"),
+        )
+        .unwrap();
+        let outputs: Vec<_> = outputs
+            .iter()
+            .map(|(k, v)| serde_json::json!({"OutputKey": k, "OutputValue": v}))
+            .collect();
+        let stacks = serde_json::json!({"Stacks": [{"StackName": "x", "Outputs": outputs}]});
+        fs::write(w.dir.join("stacks.json"), stacks.to_string()).unwrap();
+        let invalid = serde_json::json!({"Parameters": [], "InvalidParameters": missing});
+        fs::write(w.dir.join("parameters.json"), invalid.to_string()).unwrap();
+        let dir = w.dir.display();
+        let aws = format!(
+            r#"case "$*" in
   *"configure get region"*) echo us-test-1 ;;
   *"ssm get-parameters"*) cat {dir}/parameters.json ;;
   *"ssm get-parameter "*) echo {SECRET} ;;
@@ -660,57 +497,30 @@ case "$*" in
   *"s3 sync"*) echo "upload: web/index.html" ;;
   *"cloudfront create-invalidation"*) echo '{{"Invalidation": {{"Id": "I1"}}}}' ;;
   *) echo "unexpected aws call" >&2; exit 2 ;;
-esac
-"#
-            );
-            let sam = format!(
-                r#"#!/bin/sh
-echo "sam $*" >> {dir}/calls.log
-[ "$1" = deploy ] || exit 0
+esac"#
+        );
+        let sam = format!(
+            r#"[ "$1" = deploy ] || exit 0
 while [ $# -gt 0 ]; do
   if [ "$1" = --config-file ]; then cp "$2" {dir}/seen-samconfig.toml; stat -c %a "$2" > {dir}/seen-mode; fi
   shift
-done
-"#
-            );
-            for (name, text) in [("aws", aws), ("sam", sam)] {
-                fs::write(bin.join(name), text).unwrap();
-                fs::set_permissions(bin.join(name), fs::Permissions::from_mode(0o755)).unwrap();
-            }
-            Self { root, bin }
-        }
+done"#
+        );
+        w.script("aws", &aws).script("sam", &sam);
+        w
+    }
 
-        fn tools(&self) -> Tools {
-            let path =
-                std::env::join_paths([self.bin.clone(), "/usr/bin".into(), "/bin".into()]).unwrap();
-            Tools {
-                sam: self.bin.join("sam"),
-                aws: self.bin.join("aws"),
-                path,
-            }
-        }
-
-        fn calls(&self) -> Vec<String> {
-            fs::read_to_string(self.root.join("calls.log"))
-                .unwrap_or_default()
-                .lines()
-                .map(String::from)
-                .collect()
-        }
-
-        fn read(&self, name: &str) -> String {
-            fs::read_to_string(self.root.join(name)).unwrap_or_default()
-        }
-
-        fn record(&self) -> Deployed {
-            serde_json::from_str(&self.read(RECORD)).unwrap()
+    fn tools(w: &StandIn) -> Tools {
+        let path = std::env::join_paths([w.bin(), "/usr/bin".into(), "/bin".into()]).unwrap();
+        Tools {
+            sam: w.bin().join("sam"),
+            aws: w.bin().join("aws"),
+            path,
         }
     }
 
-    impl Drop for Bench {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.root);
-        }
+    fn record(w: &StandIn) -> Deployed {
+        serde_json::from_str(&w.read(RECORD)).unwrap()
     }
 
     const CLOUDFRONT_OUTPUTS: &[(&str, &str)] = &[
@@ -727,11 +537,11 @@ done
 
     #[test]
     fn a_first_deploy_asks_then_builds_deploys_uploads_and_records_the_stack() {
-        let b = Bench::new("first", &[], CLOUDFRONT_OUTPUTS);
+        let w = workspace("first", &[], CLOUDFRONT_OUTPUTS);
         let answers = std::io::Cursor::new("mystack\n\n\nops@example.com\n");
-        deploy(&Args::default(), &b.tools(), &b.root, Some(answers)).unwrap();
+        deploy(&Args::default(), &tools(&w), &w.dir, Some(answers)).unwrap();
 
-        let calls = b.calls();
+        let calls = w.calls();
         // Every call in order, each known by a part of its command line.
         const ORDER: [&str; 9] = [
             "configure get region",
@@ -754,125 +564,95 @@ done
             "the secret reached a command line: {calls:#?}"
         );
         assert!(calls[4].contains("--stack-name mystack"), "{}", calls[4]);
-        assert!(calls[1].contains("--names /tollgate/openai-api-key /tollgate/internal-token /tollgate/origin-verify-secret"), "{}", calls[1]);
-        assert!(
-            calls[6].contains(
-                "--exclude * --include *.html --include *.js --include *.css --exclude */*"
-            ),
-            "{}",
-            calls[6]
-        );
+        let names = "--names /tollgate/openai-api-key /tollgate/internal-token /tollgate/origin-verify-secret";
+        assert!(calls[1].contains(names), "{}", calls[1]);
+        let filters = "--exclude * --include *.html --include *.js --include *.css --exclude */*";
+        assert!(calls[6].contains(filters), "{}", calls[6]);
 
         // The secret went to sam in a file only this user could read, removed afterwards.
-        let seen = b.read("seen-samconfig.toml");
+        let seen = w.read("seen-samconfig.toml");
         assert!(seen.contains(&format!(r#"parameter_overrides = "AlarmEmail=\"ops@example.com\" Frontend=\"cloudfront\" OriginVerifySecret=\"{SECRET}\"""#)), "{seen}");
         assert!(
             seen.contains("capabilities = \"CAPABILITY_IAM\""),
             "the committed settings are kept: {seen}"
         );
-        assert_eq!(b.read("seen-mode").trim(), "600");
-        assert!(!b.root.join(".dev/deploy-samconfig.toml").exists());
+        assert_eq!(w.read("seen-mode").trim(), "600");
+        assert!(!w.dir.join(".dev/deploy-samconfig.toml").exists());
 
-        assert_eq!(b.read("uploaded-config.json"), CLOUDFRONT_OUTPUTS[4].1);
-        let record = b.record();
+        assert_eq!(w.read("uploaded-config.json"), CLOUDFRONT_OUTPUTS[4].1);
+        let record = record(&w);
         assert_eq!(
             (record.stack_name.as_str(), record.region.as_str()),
             ("mystack", "us-test-1")
         );
-        assert_eq!(
-            record.outputs.get("ClientsTableName").map(String::as_str),
-            Some("mystack-ClientsTable-1")
-        );
-        assert_eq!(
-            record.parameters.get("AlarmEmail").map(String::as_str),
-            Some("ops@example.com")
-        );
-        assert!(!b.read(RECORD).contains(SECRET));
+        let output = record.outputs.get("ClientsTableName").map(String::as_str);
+        assert_eq!(output, Some("mystack-ClientsTable-1"));
+        let email = record.parameters.get("AlarmEmail").map(String::as_str);
+        assert_eq!(email, Some("ops@example.com"));
+        assert!(!w.read(RECORD).contains(SECRET));
     }
 
     #[test]
     fn a_missing_parameter_stops_the_deploy_before_anything_changes_and_names_the_command() {
-        let b = Bench::new("missing", &["/tollgate/internal-token"], CLOUDFRONT_OUTPUTS);
+        let w = workspace("missing", &["/tollgate/internal-token"], CLOUDFRONT_OUTPUTS);
         let args = Args {
             region: Some("eu-west-1".into()),
             ..Args::default()
         };
-        let err = deploy(&args, &b.tools(), &b.root, None::<&[u8]>)
+        let err = deploy(&args, &tools(&w), &w.dir, None::<&[u8]>)
             .unwrap_err()
             .to_string();
+        let command = "aws ssm put-parameter --type SecureString --name /tollgate/internal-token";
         assert!(
-            err.contains(
-                "aws ssm put-parameter --type SecureString --name /tollgate/internal-token"
-            ),
+            err.contains(command) && err.contains("--region eu-west-1"),
             "{err}"
         );
-        assert!(err.contains("--region eu-west-1"), "{err}");
         assert!(
             !err.contains("openai-api-key"),
             "only the missing one is named: {err}"
         );
         assert!(
-            b.calls().iter().all(|c| !c.starts_with("sam")),
+            w.calls().iter().all(|c| !c.starts_with("sam")),
             "{:#?}",
-            b.calls()
+            w.calls()
         );
-        assert!(!b.root.join(RECORD).exists());
+        assert!(!w.dir.join(RECORD).exists());
     }
 
     #[test]
     fn a_later_deploy_reuses_the_record_asks_nothing_and_passes_profile_and_region_through() {
-        let b = Bench::new(
-            "later",
-            &[],
-            &[(
-                "ApiBaseUrl",
-                "https://x.execute-api.eu-west-1.amazonaws.com",
-            )],
-        );
+        let url = "https://x.execute-api.eu-west-1.amazonaws.com";
+        let w = workspace("later", &[], &[("ApiBaseUrl", url)]);
         let before = Deployed {
             stack_name: "api".into(),
             region: "eu-west-1".into(),
             parameters: [("Frontend".to_string(), "httpapi".to_string())].into(),
             ..Deployed::default()
         };
-        write_record(&b.root.join(RECORD), &before).unwrap();
+        fs::create_dir_all(w.dir.join(".dev")).unwrap();
+        fs::write(w.dir.join(RECORD), serde_json::to_string(&before).unwrap()).unwrap();
         let args = Args {
             profile: Some("prod".into()),
             yes: true,
             ..Args::default()
         };
         // Answers are there but unused: a record exists and --guided is not given.
-        deploy(
-            &args,
-            &b.tools(),
-            &b.root,
-            Some(std::io::Cursor::new("other\n")),
-        )
-        .unwrap();
-        let calls = b.calls();
+        let answers = Some(std::io::Cursor::new("other\n"));
+        deploy(&args, &tools(&w), &w.dir, answers).unwrap();
+        let calls = w.calls();
+        let target = "--profile prod --region eu-west-1";
+        assert!(calls.iter().all(|c| c.contains(target)), "{calls:#?}");
+        let deploy = ["deploy", "--stack-name api", "--no-confirm-changeset"];
         assert!(
-            calls
-                .iter()
-                .all(|c| c.contains("--profile prod --region eu-west-1")),
-            "{calls:#?}"
-        );
-        assert!(
-            calls.iter().any(|c| c.contains("deploy")
-                && c.contains("--stack-name api")
-                && c.contains("--no-confirm-changeset")),
+            calls.iter().any(|c| deploy.iter().all(|d| c.contains(d))),
             "{calls:#?}"
         );
         // No CloudFront: no origin secret read, no page upload.
-        assert!(
-            calls
-                .iter()
-                .all(|c| !c.contains("--with-decryption") && !c.contains("s3 ")),
-            "{calls:#?}"
-        );
-        assert!(b
-            .read("seen-samconfig.toml")
-            .contains(r#"parameter_overrides = "Frontend=\"httpapi\"""#));
-        assert_eq!(b.record().profile.as_deref(), Some("prod"));
+        let cloudfront = |c: &String| c.contains("--with-decryption") || c.contains("s3 ");
+        assert!(!calls.iter().any(cloudfront), "{calls:#?}");
+        let overrides = r#"parameter_overrides = "Frontend=\"httpapi\"""#;
+        assert!(w.read("seen-samconfig.toml").contains(overrides));
+        assert_eq!(record(&w).profile.as_deref(), Some("prod"));
     }
 
     #[test]
@@ -883,27 +663,25 @@ done
             ("AlarmEmail=a b", "spaces"),
             ("Frontend=alb", "cloudfront or httpapi"),
         ] {
-            let b = Bench::new("bad", &[], &[]);
+            let w = workspace("bad", &[], &[]);
             let args = Args {
                 region: Some("r".into()),
                 parameters: vec![p.into()],
                 ..Args::default()
             };
-            let err = deploy(&args, &b.tools(), &b.root, None::<&[u8]>)
+            let err = deploy(&args, &tools(&w), &w.dir, None::<&[u8]>)
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(why), "{p}: {err}");
-            assert!(b.calls().is_empty(), "{p}: {:#?}", b.calls());
+            assert!(w.calls().is_empty(), "{p}: {:#?}", w.calls());
         }
     }
 
     #[test]
     fn the_parameter_names_checked_are_the_templates_defaults() {
         let template = fs::read_to_string(util::workspace_root().join("template.yaml")).unwrap();
-        for (param, default, _) in SSM_PARAMETERS {
-            let at = template
-                .find(&format!("\n  {param}:"))
-                .unwrap_or_else(|| panic!("{param} is not a template parameter"));
+        for (param, default) in SSM_PARAMETERS {
+            let at = template.find(&format!("\n  {param}:")).expect(param);
             let next = template[at..].find("Default:").unwrap() + at;
             assert!(
                 template[next..].starts_with(&format!("Default: {default}\n")),

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use ureq::config::AutoHeaderValue;
 
-use crate::util::Result;
+use crate::util::{anyhow, Context, Result};
 
 /// How long one forwarded request may take: Lambda's own longest invocation (15 minutes), so
 /// the front never gives up before the function does (cargo-lambda answers its own timeouts).
@@ -59,11 +59,11 @@ impl Front {
     /// (`http://127.0.0.1:<cargo lambda watch's port>`), path and query unchanged.
     pub fn start(port: u16, upstream: &str) -> Result<Front> {
         let server = tiny_http::Server::http((Ipv4Addr::LOCALHOST, port))
-            .map_err(|e| format!("the functions' front cannot listen on port {port}: {e}"))?;
+            .map_err(|e| anyhow!("the functions' front cannot listen on port {port}: {e}"))?;
         let addr = server
             .server_addr()
             .to_ip()
-            .ok_or("the functions' front listens on no IP address")?;
+            .context("the front listens on no IP address")?;
         let server = Arc::new(server);
         let agent = agent();
         let upstream = upstream.trim_end_matches('/').to_string();
