@@ -108,48 +108,44 @@ pub fn run(args: Args) -> Result {
     setup::ensure(&[Need::Python])?;
     let venv_bin = setup::python_tools()?;
     let path = util::path_with(&venv_bin)?;
-    let aws = std::env::split_paths(&path)
-        .map(|dir| dir.join("aws"))
-        .find(|p| p.is_file());
+    let dirs = std::env::split_paths(&path);
+    let aws = dirs.map(|dir| dir.join("aws")).find(|p| p.is_file());
     let aws = aws.context("the AWS CLI (`aws`) is not on PATH: install it (https://aws.amazon.com/cli/) and configure credentials")?;
-    let tools = Tools {
-        sam: venv_bin.join("sam"),
-        aws,
-        path,
-    };
+    let sam = venv_bin.join("sam");
     let stdin = std::io::stdin();
     let answers = stdin.is_terminal().then(|| stdin.lock());
-    deploy(&args, &tools, &util::workspace_root(), answers)
+    let root = util::workspace_root();
+    deploy(&args, &Tools { sam, aws, path }, &root, answers)
 }
 
 /// The deploy from `root`, asking through `answers` when there is a terminal (tests pass a
 /// buffer).
 pub fn deploy(args: &Args, tools: &Tools, root: &Path, answers: Option<impl BufRead>) -> Result {
-    let record_path = root.join(RECORD);
-    let before = match fs::read_to_string(&record_path) {
-        Ok(text) => Some(serde_json::from_str(&text).with_context(|| {
-            format!("{} is unreadable: fix or remove it", record_path.display())
-        })?),
+    let record = root.join(RECORD);
+    let before = match fs::read_to_string(&record) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => bail!("cannot read {}: {e}", record_path.display()),
+        text => Some(
+            serde_json::from_str(&text?)
+                .with_context(|| format!("{} is unreadable: fix or remove it", record.display()))?,
+        ),
     };
     let mut d = choose(args, tools, before, answers)?;
+    let call = Call { tools, d: &d, root };
 
     step("check the SSM parameters");
-    let origin_secret = check_parameters(tools, &d)?;
+    let origin_secret = check_parameters(&call)?;
 
     step("sam build");
-    sam(tools, &d, root, "build").run()?;
+    call.sam("build").run()?;
 
     step("sam deploy");
     let config = root.join(".dev/deploy-samconfig.toml");
     fs::create_dir_all(root.join(".dev"))?;
-    util::write_private(&config, &sam_config(root, &d, origin_secret.as_deref())?)?;
-    let mut deploy = sam(tools, &d, root, "deploy");
-    deploy
-        .arg("--config-file")
-        .arg(&config)
-        .args(["--stack-name", &d.stack_name]);
+    let text = sam_config(root, &d, origin_secret.as_deref())?;
+    util::write_private(&config, &text)?;
+    let mut deploy = call.sam("deploy");
+    deploy.arg("--config-file").arg(&config);
+    deploy.args(["--stack-name", &d.stack_name]);
     if args.yes {
         deploy.arg("--no-confirm-changeset");
     }
@@ -159,27 +155,19 @@ pub fn deploy(args: &Args, tools: &Tools, root: &Path, answers: Option<impl BufR
     deployed?;
 
     step("read the stack's outputs");
-    let describe = [
-        "cloudformation",
-        "describe-stacks",
-        "--stack-name",
-        &d.stack_name,
-    ];
-    let stacks: Value = aws_json(tools, &d, &describe)?;
-    let stack = stacks["Stacks"]
-        .get(0)
-        .context("describe-stacks found no stack")?;
-    let outputs = stack["Outputs"].as_array().into_iter().flatten();
+    let describe = call.aws_json("cloudformation describe-stacks", &d.stack_name)?;
+    let stack = describe["Stacks"].get(0);
+    let stack = stack.context("describe-stacks found no stack")?;
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    d.outputs = outputs
-        .map(|o| (text(&o["OutputKey"]), text(&o["OutputValue"])))
-        .collect();
+    let outputs = stack["Outputs"].as_array().into_iter().flatten();
+    let outputs = outputs.map(|o| (text(&o["OutputKey"]), text(&o["OutputValue"])));
+    d.outputs = outputs.collect();
     d.deployed_at = util::unix_now();
-    fs::write(&record_path, serde_json::to_string_pretty(&d)? + "\n")?;
+    fs::write(&record, serde_json::to_string_pretty(&d)? + "\n")?;
 
     if let Some(bucket) = d.outputs.get("PageBucketName") {
         step("upload the page");
-        upload_page(tools, &d, root, bucket)?;
+        upload_page(&Call { tools, d: &d, root }, bucket)?;
     }
     step(&format!("deployed stack {} in {}", d.stack_name, d.region));
     for key in ["PageUrl", "ApiBaseUrl", "SessionUrl", "TransferUrl"] {
@@ -199,19 +187,19 @@ fn choose(
     before: Option<Deployed>,
     answers: Option<impl BufRead>,
 ) -> Result<Deployed> {
-    let ask = (before.is_none() || args.guided)
-        .then_some(answers)
-        .flatten();
+    let ask = if before.is_none() || args.guided {
+        answers
+    } else {
+        None
+    };
     let mut d = before.unwrap_or_default();
     d.outputs.clear();
     d.profile = args.profile.clone().or(d.profile);
     for p in &args.parameters {
-        let (key, value) = p
-            .split_once('=')
-            .filter(|(key, _)| !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric()))
-            .with_context(|| {
-                format!("--parameter wants KEY=VALUE with a template parameter's name, not {p:?}")
-            })?;
+        let name = |k: &str| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric());
+        let Some((key, value)) = p.split_once('=').filter(|(k, _)| name(k)) else {
+            bail!("--parameter wants KEY=VALUE with a template parameter's name, not {p:?}");
+        };
         if key == "OriginVerifySecret" {
             bail!(
                 "OriginVerifySecret is read from its SSM parameter, never passed on a command line"
@@ -219,23 +207,21 @@ fn choose(
         }
         d.parameters.insert(key.into(), value.into());
     }
-    let recorded = |value: &String| Some(value.clone()).filter(|v| !v.is_empty());
-    d.stack_name = (args.stack_name.clone().or(recorded(&d.stack_name)))
-        .unwrap_or_else(|| DEFAULT_STACK.into());
+    let recorded = |v: &String| Some(v.clone()).filter(|v| !v.is_empty());
+    let stack = args.stack_name.clone().or(recorded(&d.stack_name));
+    d.stack_name = stack.unwrap_or_else(|| DEFAULT_STACK.into());
     let region = args.region.clone().or(recorded(&d.region));
-    // The profile's region, if it has one.
-    let profile_region = || {
-        // Asked only when no region is known, so the call has none.
-        let mut cmd = aws(tools, &d);
-        let out = cmd
-            .args(["configure", "get", "region"])
-            .stderr(Stdio::null())
-            .read();
-        out.ok()
-            .map(|line| line.trim().to_string())
-            .filter(|l| !l.is_empty())
+    // The profile's region, if it has one: asked only when no region is known, so the call
+    // names none.
+    let call = Call {
+        tools,
+        d: &d,
+        root: Path::new("."),
     };
-    d.region = region.or_else(profile_region).unwrap_or_default();
+    let mut get = call.aws("configure get region");
+    let profile_region = || get.stderr(Stdio::null()).read().ok();
+    let region = region.or_else(profile_region).unwrap_or_default();
+    d.region = region.trim().to_string();
     if let Some(mut answers) = ask {
         eprintln!(
             "First deploy from here (or --guided): four questions; Enter keeps [the default]."
@@ -246,17 +232,18 @@ fn choose(
             let mut line = String::new();
             answers.read_line(&mut line)?;
             // An empty answer (or the end of input) keeps the default.
-            Ok(Some(line.trim().to_string())
-                .filter(|l| !l.is_empty())
-                .unwrap_or(default))
+            let line = line.trim();
+            Ok(if line.is_empty() {
+                default
+            } else {
+                line.into()
+            })
         };
         d.stack_name = ask("Stack name", d.stack_name.clone())?;
         d.region = ask("AWS region", d.region.clone())?;
-        let frontend = d.parameters.get("Frontend").cloned();
-        let frontend = ask(
-            "Frontend (cloudfront or httpapi)",
-            frontend.unwrap_or(FRONTENDS[0].into()),
-        )?;
+        let frontend = d.parameters.remove("Frontend");
+        let frontend = frontend.unwrap_or(FRONTENDS[0].into());
+        let frontend = ask("Frontend (cloudfront or httpapi)", frontend)?;
         d.parameters.insert("Frontend".into(), frontend);
         let email = d.parameters.remove("AlarmEmail").unwrap_or_default();
         let email = ask("Alarm e-mail (empty: none)", email)?;
@@ -267,15 +254,12 @@ fn choose(
     if d.region.is_empty() {
         bail!("no AWS region: pass --region, or set one in your AWS profile (`aws configure set region …`)");
     }
-    let frontend = d
-        .parameters
-        .get("Frontend")
-        .map_or(FRONTENDS[0], String::as_str);
-    if !FRONTENDS.contains(&frontend) {
-        bail!("Frontend must be cloudfront or httpapi, not {frontend:?}");
+    let frontend = d.parameters.get("Frontend").map(String::as_str);
+    if let Some(other) = frontend.filter(|f| !FRONTENDS.contains(f)) {
+        bail!("Frontend must be cloudfront or httpapi, not {other:?}");
     }
     // SAM's `parameter_overrides` separates parameters by spaces and quotes with `"`.
-    if let Some(key) = d.parameters.iter().find(|(_, v)| !plain(v)).map(|(k, _)| k) {
+    if let Some((key, _)) = d.parameters.iter().find(|(_, v)| !plain(v)) {
         bail!("parameter {key}: spaces, quotes and backslashes are not supported in values");
     }
     Ok(d)
@@ -283,60 +267,46 @@ fn choose(
 
 /// Whether `value` can stand in `parameter_overrides` as it is.
 fn plain(value: &str) -> bool {
-    !value
-        .chars()
-        .any(|c| c.is_whitespace() || c == '"' || c == '\\')
+    !value.contains(|c: char| c.is_whitespace() || c == '"' || c == '\\')
 }
 
 /// The SSM parameters the stack names must exist; returns the origin-verify secret's value
 /// when CloudFront needs it.
-fn check_parameters(tools: &Tools, d: &Deployed) -> Result<Option<String>> {
+fn check_parameters(call: &Call) -> Result<Option<String>> {
     let names = SSM_PARAMETERS.map(|(param, default)| {
-        d.parameters
-            .get(param)
-            .cloned()
-            .unwrap_or_else(|| default.into())
+        let chosen = call.d.parameters.get(param);
+        chosen.map_or(default.into(), String::clone)
     });
-    let mut args = vec!["ssm", "get-parameters", "--names"];
-    args.extend(names.iter().map(String::as_str));
-    let found = aws_json(tools, d, &args)?;
-    let invalid = found["InvalidParameters"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let target = target_flags(d).join(" ");
-    let missing: Vec<String> = (names.iter().enumerate())
-        .filter(|(_, name)| invalid.iter().any(|i| i == name.as_str()))
-        .map(|(i, name)| {
-            let value = match i {
-                0 => "\"$OPENAI_API_KEY\"",
-                _ => "\"$(openssl rand -hex 32)\"",
-            };
-            format!("  aws ssm put-parameter --type SecureString --name {name} --value {value} {target}")
-        })
-        .collect();
+    let found = call.aws_json("ssm get-parameters --names", &names.join(" "))?;
+    let invalid = found["InvalidParameters"].as_array().cloned();
+    let target = target_flags(call.d).join(" ");
+    let mut missing = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if invalid.iter().flatten().any(|n| n == name.as_str()) {
+            // The API key is the user's; the other two are any random secret.
+            let value = ["\"$OPENAI_API_KEY\"", "\"$(openssl rand -hex 32)\""][i.min(1)];
+            missing.push(format!("  aws ssm put-parameter --type SecureString --name {name} --value {value} {target}"));
+        }
+    }
     if !missing.is_empty() {
         bail!(
             "{} SSM parameter(s) the functions read do not exist in {}; nothing was deployed. Create them with:\n{}",
             missing.len(),
-            d.region,
+            call.d.region,
             missing.join("\n")
         );
     }
-    if d.parameters
+    if call
+        .d
+        .parameters
         .get("Frontend")
         .is_some_and(|f| f != "cloudfront")
     {
         return Ok(None);
     }
     let origin = &names[2];
-    let get = "ssm get-parameter --with-decryption --query Parameter.Value --output text --name";
-    let mut cmd = aws(tools, d);
-    let value = cmd
-        .args(get.split(' '))
-        .arg(origin)
-        .stderr(Stdio::inherit())
-        .read()?;
+    let mut get = call.aws("ssm get-parameter --with-decryption --query Parameter.Value");
+    let value = get.args(["--output", "text", "--name", origin]).read()?;
     let value = value.trim();
     if value.is_empty() || !plain(value) {
         bail!("the value of {origin} is empty or holds spaces or quotes: put a new one (e.g. `openssl rand -hex 32`)");
@@ -347,61 +317,40 @@ fn check_parameters(tools: &Tools, d: &Deployed) -> Result<Option<String>> {
 /// `samconfig.toml` with the deploy's parameters added to its `[default.deploy.parameters]`.
 fn sam_config(root: &Path, d: &Deployed, origin_secret: Option<&str>) -> Result<String> {
     let committed = fs::read_to_string(root.join("samconfig.toml"))?;
-    let secret = origin_secret.map(|s| ("OriginVerifySecret".to_string(), s.to_string()));
-    let overrides: Vec<String> = (d.parameters.clone().into_iter().chain(secret))
-        .map(|(k, v)| format!("{k}=\"{v}\""))
-        .collect();
+    let secret = origin_secret.map(|s| format!("OriginVerifySecret=\"{s}\""));
+    let overrides = d.parameters.iter().map(|(k, v)| format!("{k}=\"{v}\""));
+    let overrides: Vec<String> = overrides.chain(secret).collect();
     let header = "[default.deploy.parameters]";
-    let (head, tail) = committed
-        .split_once(header)
-        .context("samconfig.toml has no [default.deploy.parameters] table")?;
+    let parts = committed.split_once(header);
+    let (head, tail) = parts.context("samconfig.toml has no [default.deploy.parameters] table")?;
     let line = serde_json::to_string(&overrides.join(" "))?;
     Ok(format!(
         "{head}{header}\nparameter_overrides = {line}{tail}"
     ))
 }
 
-fn upload_page(tools: &Tools, d: &Deployed, root: &Path, bucket: &str) -> Result {
+fn upload_page(call: &Call, bucket: &str) -> Result {
     let dest = format!("s3://{bucket}/");
+    let mut sync = call.aws("s3 sync");
+    sync.arg(format!("{}/", call.root.join("web").display()))
+        .arg(&dest);
     // Later filters win and `*` also matches `/`: only the page's own top-level files.
     let filters = "--exclude * --include *.html --include *.js --include *.css --exclude */*";
-    let mut sync = aws(tools, d);
-    sync.args(["s3", "sync"])
-        .arg(format!("{}/", root.join("web").display()))
-        .arg(&dest);
-    sync.args(["--delete", "--cache-control", "max-age=300"])
-        .args(filters.split(' '))
-        .run()?;
-    let config = d
-        .outputs
-        .get("PageConfig")
-        .context("the stack has a page bucket but no PageConfig output")?;
-    let mut cp = aws(tools, d);
-    cp.args(["s3", "cp", "-", &format!("{dest}config.json")]);
-    cp.args([
-        "--content-type",
-        "application/json",
-        "--cache-control",
-        "max-age=300",
-    ]);
-    let mut child = cp
-        .stdin(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("could not start `{}`", cp.display()))?;
-    child
-        .stdin
-        .take()
-        .context("no stdin")?
-        .write_all(config.as_bytes())?;
-    let status = child.wait()?;
-    if !status.success() {
-        bail!("`{}` failed ({status})", cp.display());
-    }
-    if let Some(id) = d.outputs.get("DistributionId") {
-        let mut invalidate = aws(tools, d);
-        invalidate.args(["cloudfront", "create-invalidation", "--distribution-id", id]);
+    let options = "--delete --cache-control max-age=300 ".to_string() + filters;
+    sync.args(options.split(' ')).run()?;
+    let config = call.d.outputs.get("PageConfig");
+    let config = config.context("the stack has a page bucket but no PageConfig output")?;
+    let file = call.root.join(".dev/page-config.json");
+    fs::write(&file, config)?;
+    let mut cp = call.aws("s3 cp -");
+    cp.arg(format!("{dest}config.json"))
+        .stdin(fs::File::open(&file)?);
+    let options = "--content-type application/json --cache-control max-age=300";
+    cp.args(options.split(' ')).run()?;
+    if let Some(id) = call.d.outputs.get("DistributionId") {
+        let mut invalidate = call.aws("cloudfront create-invalidation --paths /* --output json");
         invalidate
-            .args(["--paths", "/*", "--output", "json"])
+            .args(["--distribution-id", id])
             .stdout(Stdio::null())
             .run()?;
         info(format!("invalidated /* on distribution {id}"));
@@ -411,50 +360,49 @@ fn upload_page(tools: &Tools, d: &Deployed, root: &Path, bucket: &str) -> Result
 
 /// `--profile`/`--region` as every call gets them.
 fn target_flags(d: &Deployed) -> Vec<String> {
-    let profile = d
-        .profile
-        .iter()
-        .flat_map(|p| ["--profile".into(), p.clone()]);
-    let region = Some(&d.region).filter(|r| !r.is_empty());
-    profile
-        .chain(
-            region
-                .into_iter()
-                .flat_map(|r| ["--region".into(), r.clone()]),
-        )
-        .collect()
+    let mut flags = Vec::new();
+    let region = Some(d.region.as_str());
+    for (flag, value) in [("--profile", d.profile.as_deref()), ("--region", region)] {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            flags.extend([flag.to_string(), value.to_string()]);
+        }
+    }
+    flags
 }
 
-/// `sam <subcommand> --profile … --region …` from `root` (SAM's options follow the subcommand).
-fn sam(tools: &Tools, d: &Deployed, root: &Path, subcommand: &str) -> Command {
-    let mut cmd = Command::new(&tools.sam);
-    cmd.current_dir(root)
-        .env("PATH", &tools.path)
-        .arg(subcommand)
-        .args(target_flags(d));
-    cmd
+/// What every `sam` and `aws` call of a deploy is made with.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    tools: &'a Tools,
+    d: &'a Deployed,
+    root: &'a Path,
 }
 
-fn aws(tools: &Tools, d: &Deployed) -> Command {
-    let mut cmd = Command::new(&tools.aws);
-    cmd.env("PATH", &tools.path).args(target_flags(d));
-    cmd
-}
+impl Call<'_> {
+    /// `sam <subcommand> --profile … --region …` from the root (SAM's options follow the
+    /// subcommand).
+    fn sam(&self, subcommand: &str) -> Command {
+        let mut cmd = Command::new(&self.tools.sam);
+        cmd.current_dir(self.root).env("PATH", &self.tools.path);
+        cmd.arg(subcommand).args(target_flags(self.d));
+        cmd
+    }
 
-/// What an `aws … --output json` call prints; its stderr goes to the terminal.
-fn aws_json(tools: &Tools, d: &Deployed, args: &[&str]) -> Result<Value> {
-    let mut cmd = aws(tools, d);
-    let out = cmd
-        .args(args)
-        .args(["--output", "json"])
-        .stderr(Stdio::inherit())
-        .read()?;
-    serde_json::from_str(&out).with_context(|| {
-        format!(
-            "`aws {}` answered something unreadable",
-            args[..2].join(" ")
-        )
-    })
+    /// `aws --profile … --region … <words>`.
+    fn aws(&self, words: &str) -> Command {
+        let mut cmd = Command::new(&self.tools.aws);
+        cmd.env("PATH", &self.tools.path).args(target_flags(self.d));
+        cmd.args(words.split(' '));
+        cmd
+    }
+
+    /// What `aws <words> <more words> --output json` prints.
+    fn aws_json(&self, words: &str, more: &str) -> Result<Value> {
+        let mut cmd = self.aws(&format!("{words} {more} --output json"));
+        let out = cmd.read()?;
+        let what = || format!("`aws {words}` answered something unreadable");
+        serde_json::from_str(&out).with_context(what)
+    }
 }
 
 #[cfg(test)]
@@ -469,54 +417,51 @@ mod tests {
 
     /// A workspace with the committed `samconfig.toml` and a page, and stand-ins on `PATH`:
     /// `missing` are the SSM parameters reported absent, `outputs` the stack's outputs.
-    fn workspace(name: &str, missing: &[&str], outputs: &[(&str, &str)]) -> StandIn {
+    fn workspace(name: &str, missing: &[&str], outputs: &[(&str, &str)]) -> (StandIn, Tools) {
         let w = StandIn::new(&format!("deploy-{name}"));
-        fs::create_dir_all(w.dir.join("web/test")).unwrap();
-        fs::write(w.dir.join("web/index.html"), "<!doctype html>").unwrap();
-        fs::copy(
-            util::workspace_root().join("samconfig.toml"),
-            w.dir.join("samconfig.toml"),
-        )
-        .unwrap();
-        let outputs: Vec<_> = outputs
-            .iter()
-            .map(|(k, v)| serde_json::json!({"OutputKey": k, "OutputValue": v}))
-            .collect();
+        let root = &w.dir;
+        fs::create_dir_all(root.join("web/test")).unwrap();
+        fs::write(root.join("web/index.html"), "<!doctype html>").unwrap();
+        let samconfig = util::workspace_root().join("samconfig.toml");
+        fs::copy(samconfig, root.join("samconfig.toml")).unwrap();
+        let output = |(k, v): &(&str, &str)| serde_json::json!({"OutputKey": k, "OutputValue": v});
+        let outputs: Vec<_> = outputs.iter().map(output).collect();
         let stacks = serde_json::json!({"Stacks": [{"StackName": "x", "Outputs": outputs}]});
-        fs::write(w.dir.join("stacks.json"), stacks.to_string()).unwrap();
-        let invalid = serde_json::json!({"Parameters": [], "InvalidParameters": missing});
-        fs::write(w.dir.join("parameters.json"), invalid.to_string()).unwrap();
-        let dir = w.dir.display();
-        let aws = format!(
-            r#"case "$*" in
+        let parameters = serde_json::json!({"Parameters": [], "InvalidParameters": missing});
+        let dir = root.display();
+        w.script(
+            "aws",
+            &format!(
+                r#"case "$*" in
   *"configure get region"*) echo us-test-1 ;;
-  *"ssm get-parameters"*) cat {dir}/parameters.json ;;
+  *"ssm get-parameters"*) echo '{parameters}' ;;
   *"ssm get-parameter "*) echo {SECRET} ;;
-  *"cloudformation describe-stacks"*) cat {dir}/stacks.json ;;
+  *"cloudformation describe-stacks"*) echo '{stacks}' ;;
   *"s3 cp -"*) cat > {dir}/uploaded-config.json ;;
   *"s3 sync"*) echo "upload: web/index.html" ;;
   *"cloudfront create-invalidation"*) echo '{{"Invalidation": {{"Id": "I1"}}}}' ;;
   *) echo "unexpected aws call" >&2; exit 2 ;;
 esac"#
+            ),
         );
-        let sam = format!(
-            r#"[ "$1" = deploy ] || exit 0
+        w.script(
+            "sam",
+            &format!(
+                r#"[ "$1" = deploy ] || exit 0
 while [ $# -gt 0 ]; do
   if [ "$1" = --config-file ]; then cp "$2" {dir}/seen-samconfig.toml; stat -c %a "$2" > {dir}/seen-mode; fi
   shift
 done"#
+            ),
         );
-        w.script("aws", &aws).script("sam", &sam);
-        w
-    }
-
-    fn tools(w: &StandIn) -> Tools {
-        let path = std::env::join_paths([w.bin(), "/usr/bin".into(), "/bin".into()]).unwrap();
-        Tools {
-            sam: w.bin().join("sam"),
-            aws: w.bin().join("aws"),
-            path,
-        }
+        let path = std::env::join_paths([w.bin(), "/usr/bin".into(), "/bin".into()]);
+        let (sam, aws) = (w.bin().join("sam"), w.bin().join("aws"));
+        let tools = Tools {
+            sam,
+            aws,
+            path: path.unwrap(),
+        };
+        (w, tools)
     }
 
     fn record(w: &StandIn) -> Deployed {
@@ -537,9 +482,9 @@ done"#
 
     #[test]
     fn a_first_deploy_asks_then_builds_deploys_uploads_and_records_the_stack() {
-        let w = workspace("first", &[], CLOUDFRONT_OUTPUTS);
+        let (w, tools) = workspace("first", &[], CLOUDFRONT_OUTPUTS);
         let answers = std::io::Cursor::new("mystack\n\n\nops@example.com\n");
-        deploy(&Args::default(), &tools(&w), &w.dir, Some(answers)).unwrap();
+        deploy(&Args::default(), &tools, &w.dir, Some(answers)).unwrap();
 
         let calls = w.calls();
         // Every call in order, each known by a part of its command line.
@@ -554,52 +499,54 @@ done"#
             "s3 cp -",
             "create-invalidation",
         ];
-        let kinds: Vec<&str> = calls
-            .iter()
-            .map(|c| ORDER.into_iter().find(|k| c.contains(k)).unwrap_or(c))
-            .collect();
-        assert_eq!(kinds, ORDER, "{calls:#?}");
+        let kind = |c: &String| ORDER.into_iter().find(|k| c.contains(k));
+        let kinds: Vec<_> = calls.iter().map(kind).collect();
+        assert_eq!(kinds, ORDER.map(Some), "{calls:#?}");
         assert!(
-            calls.iter().all(|c| !c.contains(SECRET)),
-            "the secret reached a command line: {calls:#?}"
+            !calls.iter().any(|c| c.contains(SECRET)),
+            "the secret in: {calls:#?}"
         );
         assert!(calls[4].contains("--stack-name mystack"), "{}", calls[4]);
-        let names = "--names /tollgate/openai-api-key /tollgate/internal-token /tollgate/origin-verify-secret";
+        let names =
+            "/tollgate/openai-api-key /tollgate/internal-token /tollgate/origin-verify-secret";
         assert!(calls[1].contains(names), "{}", calls[1]);
         let filters = "--exclude * --include *.html --include *.js --include *.css --exclude */*";
         assert!(calls[6].contains(filters), "{}", calls[6]);
 
         // The secret went to sam in a file only this user could read, removed afterwards.
         let seen = w.read("seen-samconfig.toml");
-        assert!(seen.contains(&format!(r#"parameter_overrides = "AlarmEmail=\"ops@example.com\" Frontend=\"cloudfront\" OriginVerifySecret=\"{SECRET}\"""#)), "{seen}");
+        let overrides = format!(
+            r#"parameter_overrides = "AlarmEmail=\"ops@example.com\" Frontend=\"cloudfront\" OriginVerifySecret=\"{SECRET}\"""#
+        );
+        assert!(seen.contains(&overrides), "{seen}");
+        let kept = "capabilities = \"CAPABILITY_IAM\"";
         assert!(
-            seen.contains("capabilities = \"CAPABILITY_IAM\""),
+            seen.contains(kept),
             "the committed settings are kept: {seen}"
         );
         assert_eq!(w.read("seen-mode").trim(), "600");
         assert!(!w.dir.join(".dev/deploy-samconfig.toml").exists());
 
         assert_eq!(w.read("uploaded-config.json"), CLOUDFRONT_OUTPUTS[4].1);
-        let record = record(&w);
+        let r = record(&w);
+        assert_eq!((&*r.stack_name, &*r.region), ("mystack", "us-test-1"));
+        let table = &r.outputs["ClientsTableName"];
         assert_eq!(
-            (record.stack_name.as_str(), record.region.as_str()),
-            ("mystack", "us-test-1")
+            (&*r.parameters["AlarmEmail"], &**table),
+            ("ops@example.com", "mystack-ClientsTable-1")
         );
-        let output = record.outputs.get("ClientsTableName").map(String::as_str);
-        assert_eq!(output, Some("mystack-ClientsTable-1"));
-        let email = record.parameters.get("AlarmEmail").map(String::as_str);
-        assert_eq!(email, Some("ops@example.com"));
         assert!(!w.read(RECORD).contains(SECRET));
     }
 
     #[test]
     fn a_missing_parameter_stops_the_deploy_before_anything_changes_and_names_the_command() {
-        let w = workspace("missing", &["/tollgate/internal-token"], CLOUDFRONT_OUTPUTS);
+        let (w, tools) = workspace("missing", &["/tollgate/internal-token"], CLOUDFRONT_OUTPUTS);
+        let region = Some("eu-west-1".into());
         let args = Args {
-            region: Some("eu-west-1".into()),
+            region,
             ..Args::default()
         };
-        let err = deploy(&args, &tools(&w), &w.dir, None::<&[u8]>)
+        let err = deploy(&args, &tools, &w.dir, None::<&[u8]>)
             .unwrap_err()
             .to_string();
         let command = "aws ssm put-parameter --type SecureString --name /tollgate/internal-token";
@@ -612,7 +559,7 @@ done"#
             "only the missing one is named: {err}"
         );
         assert!(
-            w.calls().iter().all(|c| !c.starts_with("sam")),
+            !w.calls().iter().any(|c| c.starts_with("sam")),
             "{:#?}",
             w.calls()
         );
@@ -622,23 +569,19 @@ done"#
     #[test]
     fn a_later_deploy_reuses_the_record_asks_nothing_and_passes_profile_and_region_through() {
         let url = "https://x.execute-api.eu-west-1.amazonaws.com";
-        let w = workspace("later", &[], &[("ApiBaseUrl", url)]);
-        let before = Deployed {
-            stack_name: "api".into(),
-            region: "eu-west-1".into(),
-            parameters: [("Frontend".to_string(), "httpapi".to_string())].into(),
-            ..Deployed::default()
-        };
+        let (w, tools) = workspace("later", &[], &[("ApiBaseUrl", url)]);
+        let before = r#"{"stack_name": "api", "region": "eu-west-1", "parameters": {"Frontend": "httpapi"}}"#;
         fs::create_dir_all(w.dir.join(".dev")).unwrap();
-        fs::write(w.dir.join(RECORD), serde_json::to_string(&before).unwrap()).unwrap();
+        fs::write(w.dir.join(RECORD), before).unwrap();
+        let profile = Some("prod".into());
         let args = Args {
-            profile: Some("prod".into()),
+            profile,
             yes: true,
             ..Args::default()
         };
         // Answers are there but unused: a record exists and --guided is not given.
         let answers = Some(std::io::Cursor::new("other\n"));
-        deploy(&args, &tools(&w), &w.dir, answers).unwrap();
+        deploy(&args, &tools, &w.dir, answers).unwrap();
         let calls = w.calls();
         let target = "--profile prod --region eu-west-1";
         assert!(calls.iter().all(|c| c.contains(target)), "{calls:#?}");
@@ -663,16 +606,15 @@ done"#
             ("AlarmEmail=a b", "spaces"),
             ("Frontend=alb", "cloudfront or httpapi"),
         ] {
-            let w = workspace("bad", &[], &[]);
+            let (w, tools) = workspace("bad", &[], &[]);
+            let (region, parameters) = (Some("r".into()), vec![p.into()]);
             let args = Args {
-                region: Some("r".into()),
-                parameters: vec![p.into()],
+                region,
+                parameters,
                 ..Args::default()
             };
-            let err = deploy(&args, &tools(&w), &w.dir, None::<&[u8]>)
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(why), "{p}: {err}");
+            let err = deploy(&args, &tools, &w.dir, None::<&[u8]>).unwrap_err();
+            assert!(err.to_string().contains(why), "{p}: {err}");
             assert!(w.calls().is_empty(), "{p}: {:#?}", w.calls());
         }
     }
@@ -683,10 +625,8 @@ done"#
         for (param, default) in SSM_PARAMETERS {
             let at = template.find(&format!("\n  {param}:")).expect(param);
             let next = template[at..].find("Default:").unwrap() + at;
-            assert!(
-                template[next..].starts_with(&format!("Default: {default}\n")),
-                "{param}"
-            );
+            let line = format!("Default: {default}\n");
+            assert!(template[next..].starts_with(&line), "{param}");
         }
     }
 }

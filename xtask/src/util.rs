@@ -32,25 +32,19 @@ pub fn workspace_root() -> PathBuf {
     // `cargo xtask` (`cargo run`) sets it for this run; the value compiled in is the fallback.
     // Two clones sharing one `CARGO_TARGET_DIR` share this binary too: the compiled-in
     // directory may be the other clone's.
-    let dir =
-        env::var_os("CARGO_MANIFEST_DIR").map_or(env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
-    dir.parent()
-        .expect("xtask lives below the workspace root")
-        .to_path_buf()
+    let dir = env::var_os("CARGO_MANIFEST_DIR");
+    let dir = dir.map_or(env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
+    dir.parent().expect("xtask is a workspace member").into()
 }
 
 /// Where tools, venv and logs are kept: `$TOLLGATE_CACHE_DIR`, else `$HOME/.cache/tollgate`.
 /// Never inside the repository, so nothing downloaded can end up in a commit, and CI can keep
 /// it warm between runs.
 pub fn cache_dir() -> Result<PathBuf> {
-    let var = |name| {
-        env::var_os(name)
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-    };
-    let dir = var("TOLLGATE_CACHE_DIR")
-        .or_else(|| Some(var("HOME")?.join(".cache/tollgate")))
-        .context("neither TOLLGATE_CACHE_DIR nor HOME is set")?;
+    let var = |name| env::var_os(name).filter(|d| !d.is_empty());
+    let home = || Some(Path::new(&var("HOME")?).join(".cache/tollgate"));
+    let dir = var("TOLLGATE_CACHE_DIR").map(PathBuf::from).or_else(home);
+    let dir = dir.context("neither TOLLGATE_CACHE_DIR nor HOME is set")?;
     // Child processes run in other directories, so a relative path is pinned down now.
     Ok(std::path::absolute(dir)?)
 }
@@ -75,9 +69,8 @@ pub trait CmdExt {
 
 impl CmdExt for Command {
     fn run(&mut self) -> Result {
-        let status = self
-            .status()
-            .with_context(|| format!("could not start `{}`", self.display()))?;
+        let status = self.status();
+        let status = status.with_context(|| format!("could not start `{}`", self.display()))?;
         match status.success() {
             true => Ok(()),
             false => bail!("`{}` failed ({status})", self.display()),
@@ -85,30 +78,23 @@ impl CmdExt for Command {
     }
 
     fn read(&mut self) -> Result<String> {
-        let out = self
-            .output()
-            .with_context(|| format!("could not start `{}`", self.display()))?;
+        let out = self.output();
+        let out = out.with_context(|| format!("could not start `{}`", self.display()))?;
         if !out.status.success() {
+            let (shown, status) = (self.display(), out.status);
             let stderr = String::from_utf8_lossy(&out.stderr);
-            let stderr = Some(stderr.trim())
-                .filter(|e| !e.is_empty())
-                .map(|e| format!(": {e}"));
-            bail!(
-                "`{}` failed ({}){}",
-                self.display(),
-                out.status,
-                stderr.unwrap_or_default()
-            );
+            match stderr.trim() {
+                "" => bail!("`{shown}` failed ({status})"),
+                stderr => bail!("`{shown}` failed ({status}): {stderr}"),
+            }
         }
         Ok(String::from_utf8(out.stdout)?)
     }
 
     fn display(&self) -> String {
         let words = std::iter::once(self.get_program()).chain(self.get_args());
-        words
-            .map(|s| s.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ")
+        let words: Vec<_> = words.map(|s| s.to_string_lossy()).collect();
+        words.join(" ")
     }
 }
 
@@ -116,9 +102,8 @@ impl CmdExt for Command {
 /// reports it (so `CARGO_TARGET_DIR` and profiles need no guessing). Diagnostics go to the
 /// terminal.
 pub fn build_bins(mut cmd: Command, args: &[&str], bins: &[&str]) -> Result<Vec<PathBuf>> {
-    cmd.arg("build")
-        .args(args)
-        .arg("--message-format=json-render-diagnostics");
+    cmd.arg("build").args(args);
+    cmd.arg("--message-format=json-render-diagnostics");
     let out = cmd.stderr(Stdio::inherit()).read()?;
     /// The part of a `compiler-artifact` message read here.
     #[derive(serde::Deserialize)]
@@ -130,10 +115,8 @@ pub fn build_bins(mut cmd: Command, args: &[&str], bins: &[&str]) -> Result<Vec<
     struct Target {
         name: String,
     }
-    let artifacts: Vec<Artifact> = out
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let artifacts = out.lines().filter_map(|l| serde_json::from_str(l).ok());
+    let artifacts: Vec<Artifact> = artifacts.collect();
     let find = |bin: &&str| {
         let mut built = artifacts.iter().filter(|a| a.target.name == *bin);
         let exe = built.find_map(|a| a.executable.clone());
@@ -169,10 +152,8 @@ pub fn request(
         Some(body) => agent.run(request.body(body)?)?,
         None => agent.run(request.body(())?)?,
     };
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok());
+    let content_type = response.headers().get("content-type");
+    let content_type = content_type.and_then(|v| v.to_str().ok());
     Ok(Answer {
         status: response.status().as_u16(),
         content_type: content_type.unwrap_or_default().to_string(),
@@ -183,38 +164,28 @@ pub fn request(
 /// The first line `cmd` prints (stdout, else stderr: `java -version` writes there), if it runs
 /// and succeeds; for version strings.
 pub fn first_line(cmd: &mut Command) -> Option<String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    let text = [out.stdout, out.stderr]
-        .into_iter()
-        .find(|t| !t.is_empty())?;
-    Some(
-        String::from_utf8_lossy(&text)
-            .lines()
-            .next()?
-            .trim()
-            .to_string(),
-    )
+    let out = cmd.stdin(Stdio::null()).output().ok()?;
+    let text = if out.stdout.is_empty() {
+        out.stderr
+    } else {
+        out.stdout
+    };
+    let text = String::from_utf8_lossy(&text);
+    let line = text.lines().next().filter(|_| out.status.success());
+    line.map(|l| l.trim().to_string())
 }
 
 /// Dummy AWS credentials and region set, real ones removed, and DynamoDB calls sent to
 /// `endpoint` (also those of an SDK client built from the environment alone): a local child
 /// never sends anything to real AWS, not even to a local port.
 pub fn local_aws(cmd: &mut Command, endpoint: &str) {
-    cmd.env("DYNAMODB_ENDPOINT", endpoint)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint);
-    cmd.envs([
-        ("AWS_ACCESS_KEY_ID", "test"),
-        ("AWS_SECRET_ACCESS_KEY", "test"),
-    ]);
+    cmd.env("DYNAMODB_ENDPOINT", endpoint);
+    cmd.env("AWS_ENDPOINT_URL_DYNAMODB", endpoint);
+    cmd.env("AWS_ACCESS_KEY_ID", "test");
+    cmd.env("AWS_SECRET_ACCESS_KEY", "test");
+    cmd.env("AWS_REGION", "us-east-1");
     // No lookup of real credentials from instance metadata.
-    cmd.envs([
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_EC2_METADATA_DISABLED", "true"),
-    ]);
+    cmd.env("AWS_EC2_METADATA_DISABLED", "true");
     cmd.env_remove("AWS_SESSION_TOKEN")
         .env_remove("AWS_PROFILE");
 }
@@ -250,9 +221,8 @@ pub fn poll<T>(
 /// grab it in between; callers that care retry (see `dynamodb_local::start`). Probes the
 /// wildcard address: DynamoDB Local listens on all interfaces, so the port must be free on all.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))?
-        .local_addr()?
-        .port())
+    let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+    Ok(listener.local_addr()?.port())
 }
 
 /// Whether `port` can be listened on (on all interfaces, as for [`free_port`]).
@@ -263,9 +233,8 @@ pub fn port_is_free(port: u16) -> bool {
 /// `$PATH` with `dir` in front, so tools installed in the cache win over other copies.
 pub fn path_with(dir: &Path) -> Result<OsString> {
     let rest = env::var_os("PATH").unwrap_or_default();
-    Ok(env::join_paths(
-        std::iter::once(dir.to_path_buf()).chain(env::split_paths(&rest)),
-    )?)
+    let dirs = std::iter::once(dir.to_path_buf()).chain(env::split_paths(&rest));
+    Ok(env::join_paths(dirs)?)
 }
 
 /// The last `n` lines of a (log) file, for error messages.
@@ -289,9 +258,8 @@ pub fn write_private(path: &Path, text: &str) -> Result {
     let tmp = path.with_extension("tmp");
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true).mode(0o600);
-    let mut file = options
-        .open(&tmp)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    let file = options.open(&tmp);
+    let mut file = file.with_context(|| format!("cannot write {}", tmp.display()))?;
     file.write_all(text.as_bytes())?;
     Ok(fs::rename(&tmp, path)?)
 }
