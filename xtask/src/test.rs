@@ -48,17 +48,12 @@ pub fn run(args: Args) -> Result {
     // stops the run before any test: the steps after the lints wait for the setup.
     step("setup (alongside the lints)");
     let setup_started = Instant::now();
-    let needs: Vec<Need> = Need::ALL
-        .iter()
-        .copied()
-        .filter(|&n| n != Need::Chromium || !args.no_browser)
-        .collect();
+    let mut needs = Need::ALL.to_vec();
+    needs.retain(|&n| n != Need::Chromium || !args.no_browser);
     let setup = std::thread::spawn(move || {
         let tools = setup::all(&needs);
-        info(format!(
-            "setup took {:.1}s",
-            setup_started.elapsed().as_secs_f32()
-        ));
+        let secs = setup_started.elapsed().as_secs_f32();
+        info(format!("setup took {secs:.1}s"));
         tools
     });
     let failed = std::cell::RefCell::new(Vec::new());
@@ -105,9 +100,8 @@ pub fn run(args: Args) -> Result {
         package::package()
     });
     // Every step from here on needs the tools: without them the run ends with what failed.
-    let installed = setup
-        .join()
-        .unwrap_or_else(|_| bail!("the installing thread panicked"));
+    let installed = setup.join();
+    let installed = installed.unwrap_or_else(|_| bail!("the installing thread panicked"));
     let tools: Tools = match installed {
         Ok(tools) => tools,
         Err(e) => {
