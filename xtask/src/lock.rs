@@ -13,7 +13,7 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::util::Result;
+use crate::util::{bail, Context, Result};
 
 /// Holds the lock until dropped (or until the process ends).
 #[derive(Debug)]
@@ -28,12 +28,9 @@ impl Lock {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let mut options = OpenOptions::new();
+        let file = options.write(true).create(true).truncate(false).open(path);
+        let file = file.with_context(|| format!("cannot open {}", path.display()))?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(mut file) => {
                 file.set_len(0)?;
@@ -43,13 +40,12 @@ impl Lock {
             Err((_, Errno::EWOULDBLOCK)) => {
                 let pid = fs::read_to_string(path).unwrap_or_default();
                 let pid = pid.trim();
-                Err(format!(
+                bail!(
                     "{what} is already running (pid {pid}, lock {}): use that one, or stop it with Ctrl-C in its terminal or `kill {pid}` and start again.",
                     path.display()
                 )
-                .into())
             }
-            Err((_, e)) => Err(format!("cannot lock {}: {e}", path.display()).into()),
+            Err((_, e)) => bail!("cannot lock {}: {e}", path.display()),
         }
     }
 }
@@ -61,9 +57,8 @@ mod tests {
     /// One test: that the kernel frees a killed holder's flock is flock's contract, not ours.
     #[test]
     fn second_acquire_is_refused_until_the_first_is_dropped() {
-        let dir = std::env::temp_dir().join(format!("xtask-lock-test-{}", std::process::id()));
-        let path = dir.join("dev.lock");
-        let _ = fs::remove_dir_all(&dir);
+        let dir = crate::stand_in::StandIn::new("lock");
+        let path = dir.dir.join("dev.lock");
         let lock = Lock::acquire(&path, "test").unwrap();
         let err = Lock::acquire(&path, "test").unwrap_err().to_string();
         assert!(
@@ -72,6 +67,5 @@ mod tests {
         );
         drop(lock);
         drop(Lock::acquire(&path, "test").expect("released on drop"));
-        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -22,6 +22,8 @@ mod package;
 mod processes;
 mod setup;
 mod signal;
+#[cfg(test)]
+mod stand_in;
 mod stress;
 mod test;
 mod util;
@@ -107,7 +109,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e:#}");
             // 128 + SIGINT, as a shell reports an interrupted command.
             ExitCode::from(if signal::received() { 130 } else { 1 })
         }

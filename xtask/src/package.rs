@@ -10,11 +10,10 @@
 //!   language feature newer than the MSRV in our code: building with that toolchain would.
 //! - **features**: `cargo clippy -p tollgate --all-targets --no-default-features` with no
 //!   feature, with each feature alone (read from the manifest, so a new one is checked without
-//!   a change here) and with the set `tollgate::gate::Gate` needs alone,
-//!   warnings denied: an adopter who turns off what it does not use gets a crate that builds
-//!   warning-free. Every feature at once is the clippy step's (the workspace builds the
-//!   defaults). In check mode each set recompiles tollgate alone (seconds): the dependencies'
-//!   metadata is reused.
+//!   a change here) and with the set `tollgate::gate::Gate` needs alone, warnings denied: an
+//!   adopter who turns off what it does not use gets a crate that builds warning-free. Every
+//!   feature at once is the clippy step's (the workspace builds the defaults). In check mode
+//!   each set recompiles tollgate alone (seconds): the dependencies' metadata is reused.
 //! - **doc**: `cargo doc -p tollgate --no-deps` with warnings denied (broken or private links,
 //!   `missing_docs` is the crate's own `deny`). It checks the crate's dependencies with
 //!   tollgate's features alone, as an adopter's build has them.
@@ -28,10 +27,12 @@
 //!   build of it would catch but a code generation bug of the compiler.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 use serde::Deserialize;
 
-use crate::util::{self, Result};
+use crate::util::{self, bail, CmdExt, Context, Result};
 
 /// The crate these checks are about.
 const CRATE: &str = "tollgate";
@@ -49,6 +50,8 @@ struct Package {
     name: String,
     version: String,
     rust_version: Option<String>,
+    #[serde(default)]
+    features: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,18 +77,34 @@ struct DepKind {
     kind: Option<String>,
 }
 
+impl Metadata {
+    /// The workspace's, as `cargo metadata` gives it.
+    fn read() -> Result<Metadata> {
+        let mut cmd = util::cargo();
+        cmd.args(["metadata", "--format-version", "1", "--locked"]);
+        Ok(serde_json::from_str(&cmd.stderr(Stdio::inherit()).read()?)?)
+    }
+
+    fn package(&self, name: &str) -> Result<&Package> {
+        let mut packages = self.packages.iter();
+        packages
+            .find(|p| p.name == name)
+            .with_context(|| format!("no package {name} in cargo metadata"))
+    }
+}
+
 /// A Rust version as manifests write it (`1.85`, `1.85.0`); a missing part is 0, so `1.85`
 /// and `1.85.0` are the same version.
 fn version(s: &str) -> Result<[u64; 3]> {
     let mut parsed = [0; 3];
     let parts: Vec<&str> = s.split('.').collect();
     if parts.len() > 3 {
-        return Err(format!("rust-version {s:?} has more than three parts").into());
+        bail!("rust-version {s:?} has more than three parts");
     }
     for (slot, part) in parsed.iter_mut().zip(parts) {
         *slot = part
             .parse()
-            .map_err(|e| format!("rust-version {s:?}: {e}"))?;
+            .with_context(|| format!("rust-version {s:?}"))?;
     }
     Ok(parsed)
 }
@@ -93,51 +112,32 @@ fn version(s: &str) -> Result<[u64; 3]> {
 /// The crates in `root`'s dependency tree whose `rust-version` is later than `root`'s, as
 /// `name version (rust-version X)` lines; an error if `root` states none.
 pub fn newer_than_msrv(metadata: &Metadata, root: &str) -> Result<Vec<String>> {
-    let packages: HashMap<&str, &Package> = metadata
-        .packages
-        .iter()
-        .map(|p| (p.id.as_str(), p))
-        .collect();
-    let nodes: HashMap<&str, &Node> = metadata
-        .resolve
-        .nodes
-        .iter()
-        .map(|n| (n.id.as_str(), n))
-        .collect();
-    let root = metadata
-        .packages
-        .iter()
-        .find(|p| p.name == root)
-        .ok_or_else(|| format!("no package {root} in cargo metadata"))?;
-    let msrv_text = root
+    let packages: HashMap<&str, &Package> = metadata.packages.iter().map(|p| (&*p.id, p)).collect();
+    let nodes: HashMap<&str, &Node> = metadata.resolve.nodes.iter().map(|n| (&*n.id, n)).collect();
+    let root = metadata.package(root)?;
+    let msrv = root
         .rust_version
         .as_deref()
-        .ok_or_else(|| format!("{} states no rust-version", root.name))?;
-    let msrv = version(msrv_text)?;
-    let mut seen = BTreeSet::new();
-    let mut stack = vec![root.id.as_str()];
+        .with_context(|| format!("{} states no rust-version", root.name))?;
+    let msrv = version(msrv)?;
+    let (mut seen, mut stack) = (BTreeSet::new(), vec![root.id.as_str()]);
     while let Some(id) = stack.pop() {
-        if !seen.insert(id) {
-            continue;
-        }
-        let node = nodes
-            .get(id)
-            .ok_or_else(|| format!("{id} is not in the resolve graph"))?;
-        for dep in &node.deps {
-            let used = dep
-                .dep_kinds
+        if seen.insert(id) {
+            let node = nodes
+                .get(id)
+                .with_context(|| format!("{id} is not in the resolve graph"))?;
+            let used = node
+                .deps
                 .iter()
-                .any(|k| k.kind.as_deref() != Some("dev"));
-            if used {
-                stack.push(&dep.pkg);
-            }
+                .filter(|d| d.dep_kinds.iter().any(|k| k.kind.as_deref() != Some("dev")));
+            stack.extend(used.map(|d| d.pkg.as_str()));
         }
     }
     let mut newer = Vec::new();
     for id in seen {
         let package = packages
             .get(id)
-            .ok_or_else(|| format!("{id} is not among the packages"))?;
+            .with_context(|| format!("{id} is not among the packages"))?;
         if let Some(theirs) = &package.rust_version {
             if version(theirs)? > msrv {
                 newer.push(format!(
@@ -153,39 +153,15 @@ pub fn newer_than_msrv(metadata: &Metadata, root: &str) -> Result<Vec<String>> {
 
 /// The `msrv` lint step: fails naming every dependency that needs a later Rust than stated.
 pub fn msrv() -> Result {
-    let out = util::cargo()
-        .args(["metadata", "--format-version", "1", "--locked"])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("could not run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cargo metadata failed ({})", out.status).into());
+    let newer = newer_than_msrv(&Metadata::read()?, CRATE)?;
+    if !newer.is_empty() {
+        let newer = newer.join("\n  ");
+        bail!("{CRATE}'s rust-version is earlier than these dependencies need:\n  {newer}");
     }
-    let metadata: Metadata = serde_json::from_slice(&out.stdout)?;
-    let newer = newer_than_msrv(&metadata, CRATE)?;
-    if newer.is_empty() {
-        util::info(format!(
-            "every dependency of {CRATE} builds with its stated rust-version"
-        ));
-        return Ok(());
-    }
-    Err(format!(
-        "{CRATE}'s rust-version is earlier than these dependencies need:\n  {}",
-        newer.join("\n  ")
-    )
-    .into())
-}
-
-/// The part of `cargo metadata --no-deps` the features step reads.
-#[derive(Debug, Deserialize)]
-struct Manifests {
-    packages: Vec<Manifest>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Manifest {
-    name: String,
-    features: BTreeMap<String, Vec<String>>,
+    util::info(format!(
+        "every dependency of {CRATE} builds with its stated rust-version"
+    ));
+    Ok(())
 }
 
 /// The features `Gate` needs, checked together without the others.
@@ -210,22 +186,9 @@ pub fn feature_sets<'a>(
 /// The `features` lint step: clippy over each feature set of [`feature_sets`], warnings denied.
 /// Every set is checked, whatever an earlier one gave; the step fails naming each that failed.
 pub fn features() -> Result {
-    let out = util::cargo()
-        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("could not run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cargo metadata failed ({})", out.status).into());
-    }
-    let manifests: Manifests = serde_json::from_slice(&out.stdout)?;
-    let manifest = manifests
-        .packages
-        .iter()
-        .find(|p| p.name == CRATE)
-        .ok_or_else(|| format!("no package {CRATE} in cargo metadata"))?;
+    let metadata = Metadata::read()?;
     let mut failed = Vec::new();
-    for set in feature_sets(&manifest.features, &[GATE_FEATURES]) {
+    for set in feature_sets(&metadata.package(CRATE)?.features, &[GATE_FEATURES]) {
         let name = if set.is_empty() { "no feature" } else { set };
         util::info(format!("features: {name}"));
         let mut cmd = util::cargo();
@@ -240,85 +203,66 @@ pub fn features() -> Result {
         if !set.is_empty() {
             cmd.args(["--features", set]);
         }
-        cmd.args(["--", "-D", "warnings"]);
-        if let Err(e) = util::run(&mut cmd) {
+        if let Err(e) = cmd.args(["--", "-D", "warnings"]).run() {
             eprintln!("error: {e}");
             failed.push(name);
         }
     }
-    if failed.is_empty() {
-        return Ok(());
+    match failed.is_empty() {
+        true => Ok(()),
+        false => bail!("{CRATE} fails with features: {}", failed.join("; ")),
     }
-    Err(format!("{CRATE} fails with features: {}", failed.join("; ")).into())
 }
-
-/// The workspace's dev profile, for a build outside the workspace (the packed crate's manifest
-/// has none) that should share the workspace's dependency artifacts.
-const DEV_PROFILE: [&str; 4] = [
-    "--config",
-    "profile.dev.debug=\"line-tables-only\"",
-    "--config",
-    "profile.dev.package.\"*\".debug=false",
-];
 
 /// The `package` lint step: pack, unpack into a scratch directory, check there alone.
 pub fn package() -> Result {
-    util::run(util::cargo().args([
+    // The working tree is what is checked, committed or not (a local run before a commit).
+    let pack = [
         "package",
         "-p",
         CRATE,
         "--locked",
-        // The working tree is what is checked, committed or not (a local run before a commit).
         "--allow-dirty",
         "--no-verify",
-    ]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| util::workspace_root().join("target"));
-    let packed = std::fs::read_dir(target.join("package"))
-        .map_err(|e| format!("no packed crate under {}: {e}", target.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{CRATE}-")) && n.ends_with(".crate"))
-        })
-        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .ok_or("cargo package wrote no .crate file")?;
+    ];
+    util::cargo().args(pack).run()?;
+    let packed = format!("{CRATE}-{}", Metadata::read()?.package(CRATE)?.version);
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from);
+    let target = target.unwrap_or_else(|| util::workspace_root().join("target"));
     let scratch = std::env::temp_dir().join(format!("tollgate-packed-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
-    let unpacked = util::run(
-        std::process::Command::new("tar")
-            .arg("-xzf")
-            .arg(&packed)
-            .arg("-C")
-            .arg(&scratch),
-    )
-    .and_then(|()| {
-        let dir = std::fs::read_dir(&scratch)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| p.is_dir())
-            .ok_or("the .crate held no directory")?;
-        util::run(
-            util::cargo()
-                .current_dir(&dir)
-                .env("CARGO_TARGET_DIR", &target)
-                .args(["check", "--locked"])
-                .args(DEV_PROFILE),
-        )
+    let mut tar = Command::new("tar");
+    tar.arg("-xzf")
+        .arg(target.join(format!("package/{packed}.crate")))
+        .arg("-C")
+        .arg(&scratch);
+    let checked = tar.run().and_then(|()| {
+        let mut check = util::cargo();
+        check
+            .current_dir(scratch.join(&packed))
+            .env("CARGO_TARGET_DIR", &target);
+        // The workspace's dev profile (the packed manifest has none), so the check shares the
+        // workspace's dependency artifacts.
+        let profile = [
+            "profile.dev.debug=\"line-tables-only\"",
+            "profile.dev.package.\"*\".debug=false",
+        ];
+        check
+            .args(["check", "--locked"])
+            .args(profile.iter().flat_map(|p| ["--config", p]))
+            .run()
     });
     let _ = std::fs::remove_dir_all(&scratch);
-    unpacked
+    checked
 }
 
 /// The `doc` lint step.
 pub fn doc() -> Result {
-    util::run(
-        util::cargo()
-            .args(["doc", "-p", CRATE, "--no-deps", "--locked"])
-            .env("RUSTDOCFLAGS", "-D warnings"),
-    )
+    let mut cmd = util::cargo();
+    cmd.args(["doc", "-p", CRATE, "--no-deps", "--locked"])
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .run()
 }
 
 #[cfg(test)]
@@ -355,29 +299,28 @@ mod tests {
     fn a_build_dependency_counts_and_dev_dependencies_do_not() {
         let newer = newer_than_msrv(&metadata(Some("1.85")), "root").unwrap();
         assert_eq!(newer, ["c 1.0.0 (rust-version 1.90)"]);
-    }
-
-    #[test]
-    fn nothing_is_newer_when_the_msrv_is_late_enough() {
         let newer = newer_than_msrv(&metadata(Some("1.90.0")), "root").unwrap();
-        assert!(newer.is_empty(), "{newer:?}");
-    }
-
-    #[test]
-    fn a_crate_without_a_stated_msrv_is_refused() {
-        assert!(newer_than_msrv(&metadata(None), "root").is_err());
+        assert!(
+            newer.is_empty(),
+            "nothing is newer when the msrv is late enough: {newer:?}"
+        );
+        assert!(
+            newer_than_msrv(&metadata(None), "root").is_err(),
+            "no stated msrv is refused"
+        );
     }
 
     #[test]
     fn feature_sets_are_none_then_each_alone_then_the_extra_ones() {
-        let features: BTreeMap<String, Vec<String>> = [
+        let features = [
             ("default", vec!["b", "a"]),
             ("b", vec![]),
             ("a", vec!["dep:x"]),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
-        .collect();
+        ];
+        let features: BTreeMap<String, Vec<String>> = features
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+            .collect();
         assert_eq!(feature_sets(&features, &["a,b"]), ["", "a", "b", "a,b"]);
     }
 

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
-use crate::util::Result;
+use crate::util::{self, bail, CmdExt, Context, Result};
 
 /// The variable carrying a tree's mark.
 const MARK: &str = "TOLLGATE_XTASK_TREE";
@@ -37,29 +37,24 @@ const MARK: &str = "TOLLGATE_XTASK_TREE";
 /// The processes whose environment holds `MARK=<value>` (or, with `prefix`, `MARK=<value>…`),
 /// with their command lines.
 fn marked(value: &str, prefix: bool) -> Vec<(u32, String)> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let entry = format!("{MARK}={value}");
+    let entries = fs::read_dir("/proc").into_iter().flatten();
     let pids = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
-    pids.filter(|pid| {
+    let has_mark = |pid: &u32| {
         let environ = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        environ.split(|&b| b == 0).any(|var| match prefix {
-            true => var.starts_with(entry.as_bytes()),
-            false => var == entry.as_bytes(),
-        })
-    })
-    .map(|pid| (pid, cmdline(pid)))
-    .collect()
-}
-
-/// The command line of a process, for messages.
-fn cmdline(pid: u32) -> String {
-    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    String::from_utf8_lossy(&raw)
-        .replace('\0', " ")
-        .trim()
-        .into()
+        let mut vars = environ.split(|&b| b == 0);
+        vars.any(|var| var == entry.as_bytes() || prefix && var.starts_with(entry.as_bytes()))
+    };
+    let cmdline = |pid| {
+        let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&raw)
+            .replace('\0', " ")
+            .trim()
+            .to_string()
+    };
+    pids.filter(has_mark)
+        .map(|pid| (pid, cmdline(pid)))
+        .collect()
 }
 
 /// Live processes of every tree this xtask started: what a clean stop must leave empty.
@@ -93,7 +88,7 @@ pub fn spawn(name: &'static str, cmd: &mut Command) -> Result<Tree> {
     }
     let child = cmd
         .spawn()
-        .map_err(|e| format!("could not start `{}`: {e}", crate::util::display(cmd)))?;
+        .with_context(|| format!("could not start `{}`", cmd.display()))?;
     Ok(Tree { name, child, mark })
 }
 
@@ -108,13 +103,12 @@ impl Tree {
     pub fn check_alive(&mut self, log: &std::path::Path) -> Result {
         match self.try_wait()? {
             None => Ok(()),
-            Some(status) => Err(format!(
+            Some(status) => bail!(
                 "{} exited unexpectedly ({status}); last lines of {}:\n{}",
                 self.name,
                 log.display(),
-                crate::util::tail(log, 20)
-            )
-            .into()),
+                util::tail(log, 20)
+            ),
         }
     }
 
@@ -129,8 +123,8 @@ impl Tree {
     /// Stops the leader and every process with the tree's mark, waiting up to `grace` for a
     /// clean exit before SIGKILL. Idempotent; also done on drop.
     pub fn stop(&mut self, grace: Duration) {
-        if let (Ok(None), Ok(pgid)) = (self.child.try_wait(), i32::try_from(self.child.id())) {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+        if let Ok(None) = self.child.try_wait() {
+            let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
         }
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
@@ -148,13 +142,11 @@ impl Tree {
                 return;
             }
             for (pid, cmdline) in left {
-                let name = self.name;
-                crate::util::info(format!(
-                    "{name}: killing leftover process {pid} ({cmdline})"
+                util::info(format!(
+                    "{}: killing leftover process {pid} ({cmdline})",
+                    self.name
                 ));
-                if let Ok(pid) = i32::try_from(pid) {
-                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                }
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
             sleep(Duration::from_millis(50));
         }

@@ -10,43 +10,48 @@
 //! `DYNAMODB_ENDPOINT` and dummy AWS credentials (as `cargo test` gets them), stop DynamoDB
 //! Local. The arguments are the harness's (`cargo xtask replay --help` shows its help).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::process::Command;
 
 use crate::dynamodb_local::{self, Dist, Storage};
-use crate::setup::{self, Tools};
-use crate::util::{self, info, step, Result};
+use crate::setup::{self, Need, Tools};
+use crate::util::{self, info, step, CmdExt, Context, Result};
 
 /// What `cargo xtask test` replays: 2,000 requests over 200 accounts, one kill.
 pub const REPLAY_CI: &[&str] = &["--requests", "2000", "--accounts", "200", "--kills", "1"];
 /// What `cargo xtask test` drills.
 pub const DRILL_CI: &[&str] = &["--short"];
 
-/// `cargo xtask <command> <args>` for `replay`, `drill` and `bench`.
-pub fn run(command: &str, args: &[String]) -> Result {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        let stress = build(command, args)?.stress;
-        return util::run(Command::new(stress).arg(command).arg("--help"));
-    }
-    step("setup");
-    let tools = crate::setup::all(crate::setup::Need::STACK)?;
-    stress(&tools, command, args)
-}
-
-/// Where the built binaries are.
-struct Built {
-    stress: PathBuf,
-    bin_dir: PathBuf,
-    /// The earlier build of the functions the bench measures beside these (part 3).
-    earlier: Option<PathBuf>,
-}
-
 /// Issue 19's baseline: the last commit before the guards became tower layers. The bench's
 /// part 3 runs its functions beside today's, so "cold init and peak memory no worse than
 /// before" is judged within one run (the same binary's median init moves by about 2 ms from
 /// run to run, more than the difference in question).
 const EARLIER: &str = "83144cf1550e32ee3ac7febc9ec75c3159c729bc";
+
+/// Part 1's Python side (`bench/powertools_transfer.py`): AWS Lambda Powertools for Python
+/// and boto3; installed into `<cache>/bench-venv`.
+const POWERTOOLS: &[(&str, &str)] = &[("aws-lambda-powertools", "3.37.0"), ("boto3", "1.44.8")];
+
+/// Part 4's Schemathesis, the current release when that part was written (Python 3.10+);
+/// installed into `<cache>/schemathesis-venv`.
+const SCHEMATHESIS: &[(&str, &str)] = &[("schemathesis", "4.32.5")];
+
+/// `cargo xtask <command> <args>` for `replay`, `drill` and `bench`.
+pub fn run(command: &str, args: &[String]) -> Result {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        let (stress, _) = build(command, false)?;
+        return Command::new(stress).arg(command).arg("--help").run();
+    }
+    step("setup");
+    stress(&setup::all(Need::STACK)?, command, args)
+}
+
+/// `-p <function>` for each function, and their names.
+fn functions() -> (Vec<&'static str>, Vec<&'static str>) {
+    let names: Vec<&str> = tollgate_catalog::FUNCTIONS.iter().map(|f| f.name).collect();
+    (names.iter().flat_map(|name| ["-p", name]).collect(), names)
+}
 
 /// Both functions of [`EARLIER`] in `release` (that commit's profile), from its tree exported
 /// once into the cache (`git archive`: this repository's own history, no worktree registered)
@@ -60,26 +65,23 @@ fn build_earlier() -> Result<PathBuf> {
             &EARLIER[..12],
             tree.display()
         ));
-        let partial = tree.with_extension("partial");
+        let (partial, tar) = (tree.with_extension("partial"), tree.with_extension("tar"));
         let _ = std::fs::remove_dir_all(&partial);
         std::fs::create_dir_all(&partial)?;
         let mut archive = Command::new("git");
         archive
             .current_dir(util::workspace_root())
-            .args(["archive", "--format=tar", "--output"])
-            .arg(partial.join("tree.tar"))
-            .arg(EARLIER);
-        util::run(&mut archive).map_err(|e| {
-            format!("{e}: the bench's earlier build needs commit {EARLIER} in this clone's history (a full clone, not a shallow one)")
+            .args(["archive", "--format=tar", "--output"]);
+        archive.arg(&tar).arg(EARLIER).run().with_context(|| {
+            format!("the bench's earlier build needs commit {EARLIER} in this clone's history (a full clone, not a shallow one)")
         })?;
-        util::run(
-            Command::new("tar")
-                .arg("-xf")
-                .arg(partial.join("tree.tar"))
-                .arg("-C")
-                .arg(&partial),
-        )?;
-        std::fs::remove_file(partial.join("tree.tar"))?;
+        Command::new("tar")
+            .arg("-xf")
+            .arg(&tar)
+            .arg("-C")
+            .arg(&partial)
+            .run()?;
+        std::fs::remove_file(&tar)?;
         let _ = std::fs::remove_dir_all(&tree);
         std::fs::rename(&partial, &tree)?;
     }
@@ -87,94 +89,74 @@ fn build_earlier() -> Result<PathBuf> {
     cargo
         .current_dir(&tree)
         .env("CARGO_TARGET_DIR", cache.join("target-earlier"));
-    let names: Vec<&str> = tollgate_catalog::FUNCTIONS.iter().map(|f| f.name).collect();
-    let packages: Vec<&str> = names.iter().flat_map(|name| ["-p", name]).collect();
+    let (packages, names) = functions();
     let args = [&["--release", "--locked"], &packages[..]].concat();
     let bins = util::build_bins(cargo, &args, &names[..1])?;
     Ok(bins[0]
         .parent()
-        .ok_or("an earlier function binary has no directory")?
-        .to_path_buf())
+        .context("an earlier function binary has no directory")?
+        .into())
 }
 
-fn build<S: AsRef<std::ffi::OsStr>>(command: &str, run_args: &[S]) -> Result<Built> {
+/// Builds the harness and the functions; returns the harness and the functions' directory.
+/// The bench's functions as a deploy builds them (`release`), its driver optimised but cheaper
+/// to build (`bench-fast`); `bench --debug` (and `--help`) is a smoke run on debug builds.
+/// Otherwise one build of all, so features unify as in `cargo xtask test`'s other steps.
+fn build(command: &str, release: bool) -> Result<(PathBuf, PathBuf)> {
     step(&format!("{command}: build"));
-    let names: Vec<&str> = tollgate_catalog::FUNCTIONS.iter().map(|f| f.name).collect();
-    let packages: Vec<&str> = names.iter().flat_map(|name| ["-p", name]).collect();
-    // The bench's functions as a deploy builds them (`release`), its driver optimised but
-    // cheaper to build (`bench-fast`); `bench --debug` is a smoke run on debug builds.
-    // (`--help` needs only the harness: a debug build.) Otherwise one build of all, so
-    // features unify as in `cargo xtask test`'s other steps.
-    let debug = run_args
-        .iter()
-        .any(|a| ["--debug", "--help", "-h"].contains(&a.as_ref().to_str().unwrap_or("")));
-    let (functions, stress) = if command == "bench" && !debug {
-        let release = [&["--release"], &packages[..]].concat();
-        let functions = util::cargo_build_bins(&release, &names[..1])?;
+    let (packages, names) = functions();
+    let (functions, stress) = if release {
+        let functions = [&["--release"], &packages[..]].concat();
+        let functions = util::build_bins(util::cargo(), &functions, &names[..1])?;
         let harness = ["--profile", "bench-fast", "-p", "tollgate-stress"];
         (
             functions,
-            util::cargo_build_bins(&harness, &["tollgate-stress"])?,
+            util::build_bins(util::cargo(), &harness, &["tollgate-stress"])?,
         )
     } else {
         let all = [&packages[..], &["-p", "tollgate-stress"]].concat();
-        let mut bins = util::cargo_build_bins(&all, &[names[0], "tollgate-stress"])?;
-        (bins.drain(..1).collect(), bins)
+        let mut bins = util::build_bins(util::cargo(), &all, &[names[0], "tollgate-stress"])?;
+        let stress = bins.split_off(1);
+        (bins, stress)
     };
     let bin_dir = functions[0]
         .parent()
-        .ok_or("a function binary has no directory")?;
-    // Part 3 compares with the earlier build: built for every release bench (once, then
-    // cached), whichever parts were asked for, so the harness alone reads the options.
-    let earlier = match command == "bench" && !debug {
-        true => Some(build_earlier()?),
-        false => None,
-    };
-    Ok(Built {
-        stress: stress[0].clone(),
-        bin_dir: bin_dir.to_path_buf(),
-        earlier,
-    })
+        .context("a function binary has no directory")?;
+    Ok((stress[0].clone(), bin_dir.into()))
 }
 
 /// Builds and runs `tollgate-stress <command> <args>` against a fresh in-memory DynamoDB
 /// Local; Err when the harness fails (a violation, or a stack that would not work).
-pub fn stress<S: AsRef<std::ffi::OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Result {
-    let built = build(command, args)?;
+pub fn stress<S: AsRef<OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Result {
+    let debug = args.iter().any(|a| a.as_ref() == "--debug");
+    let release = command == "bench" && !debug;
+    let (stress, bin_dir) = build(command, release)?;
+    // Part 3 compares with the earlier build: built for every release bench (once, then
+    // cached), whichever parts were asked for, so the harness alone reads the options.
+    let earlier = if release {
+        Some(build_earlier()?)
+    } else {
+        None
+    };
     step(&format!("{command}: dynamodb-local"));
-    let log = util::cache_dir()?
-        .join("logs")
-        .join(format!("dynamodb-local-{command}.log"));
+    let log = util::cache_dir()?.join(format!("logs/dynamodb-local-{command}.log"));
     let ddb = dynamodb_local::start(&tools.dynamodb_local, &Storage::InMemory, None, &log)?;
     info(format!("{} (log: {})", ddb.endpoint, ddb.log.display()));
 
     step(command);
-    let mut cmd = Command::new(&built.stress);
-    cmd.arg("--bin-dir")
-        .arg(&built.bin_dir)
-        .arg(command)
-        .args(args);
+    let mut cmd = Command::new(&stress);
+    cmd.arg("--bin-dir").arg(&bin_dir).arg(command).args(args);
     if command == "bench" {
         cmd.args(bench_args(&tools.dynamodb_local)?);
     }
-    if let Some(dir) = &built.earlier {
+    if let Some(dir) = &earlier {
         cmd.arg("--earlier-bin-dir")
             .arg(dir)
             .args(["--earlier-rev", &EARLIER[..12]]);
     }
     util::local_aws(&mut cmd, &ddb.endpoint);
-    let result = util::run(&mut cmd);
-    drop(ddb);
-    result
+    cmd.run()
 }
-
-/// Part 1's Python side (`bench/powertools_transfer.py`): AWS Lambda Powertools for Python
-/// and boto3; installed into `<cache>/bench-venv`.
-const POWERTOOLS: &[(&str, &str)] = &[("aws-lambda-powertools", "3.37.0"), ("boto3", "1.44.8")];
-
-/// Part 4's Schemathesis, the current release when that part was written (Python 3.10+);
-/// installed into `<cache>/schemathesis-venv`.
-const SCHEMATHESIS: &[(&str, &str)] = &[("schemathesis", "4.32.5")];
 
 /// Installs the bench's venvs, each its own under the cache dir so pins never clash (a marker
 /// check when they are current), and returns the options that tell `tollgate-stress bench`
@@ -195,6 +177,6 @@ fn bench_args(dynamodb_local: &Dist) -> Result<Vec<OsString>> {
         "--dynamodb-local".into(),
         version.into(),
         "--java".into(),
-        java.into(),
+        java.unwrap_or_else(|| "unknown".into()).into(),
     ])
 }

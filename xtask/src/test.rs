@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::dynamodb_local::{self, Storage};
 use crate::setup::{Need, Tools};
-use crate::util::{self, info, step, Result};
+use crate::util::{self, bail, info, step, CmdExt, Result};
 use crate::{browser, dev, package, setup, signal, stress};
 
 /// `cargo xtask test`.
@@ -48,18 +48,12 @@ pub fn run(args: Args) -> Result {
     // stops the run before any test: the steps after the lints wait for the setup.
     step("setup (alongside the lints)");
     let setup_started = Instant::now();
-    let needs: Vec<Need> = Need::ALL
-        .iter()
-        .copied()
-        .filter(|&n| n != Need::Chromium || !args.no_browser)
-        .collect();
-    // The error as text: `Box<dyn Error>` cannot cross threads.
+    let mut needs = Need::ALL.to_vec();
+    needs.retain(|&n| n != Need::Chromium || !args.no_browser);
     let setup = std::thread::spawn(move || {
-        let tools = setup::all(&needs).map_err(|e| e.to_string());
-        info(format!(
-            "setup took {:.1}s",
-            setup_started.elapsed().as_secs_f32()
-        ));
+        let tools = setup::all(&needs);
+        let secs = setup_started.elapsed().as_secs_f32();
+        info(format!("setup took {secs:.1}s"));
         tools
     });
     let failed = std::cell::RefCell::new(Vec::new());
@@ -75,11 +69,11 @@ pub fn run(args: Args) -> Result {
         let secs = started.elapsed().as_secs_f32();
         info(format!("{name} step took {secs:.1}s"));
         if let Err(e) = result {
-            eprintln!("error: {e}");
+            eprintln!("error: {e:#}");
             failed.borrow_mut().push(name);
         }
     };
-    let cargo = |args: &str| util::run(util::cargo().args(args.split(' ')));
+    let cargo = |args: &str| util::cargo().args(args.split(' ')).run();
     check("fmt", !args.no_lint, &|| {
         step("fmt");
         cargo("fmt --all -- --check")
@@ -106,15 +100,14 @@ pub fn run(args: Args) -> Result {
         package::package()
     });
     // Every step from here on needs the tools: without them the run ends with what failed.
-    let installed = setup
-        .join()
-        .unwrap_or_else(|_| Err("the installing thread panicked".into()));
+    let installed = setup.join();
+    let installed = installed.unwrap_or_else(|_| bail!("the installing thread panicked"));
     let tools: Tools = match installed {
         Ok(tools) => tools,
         Err(e) => {
-            eprintln!("error: setup: {e}");
+            eprintln!("error: setup: {e:#}");
             failed.borrow_mut().push("setup");
-            return Err(format!("failed: {}", failed.borrow().join(", ")).into());
+            bail!("failed: {}", failed.borrow().join(", "));
         }
     };
     check("test", true, &|| workspace_tests(&tools, &args.test_args));
@@ -139,12 +132,11 @@ pub fn run(args: Args) -> Result {
 
     util::interrupted()?;
     let failed = failed.into_inner();
-    if failed.is_empty() {
-        step("all steps passed");
-        Ok(())
-    } else {
-        Err(format!("failed: {}", failed.join(", ")).into())
+    if !failed.is_empty() {
+        bail!("failed: {}", failed.join(", "));
     }
+    step("all steps passed");
+    Ok(())
 }
 
 /// `cargo test --workspace <args>` against a DynamoDB Local of its own: in memory and on a
@@ -161,7 +153,7 @@ fn workspace_tests(tools: &Tools, args: &[String]) -> Result {
     // Real credentials from the environment or ~/.aws are never sent anywhere.
     util::local_aws(&mut cmd, &ddb.endpoint);
     // Tests shell out to cargo-lambda and cfn-lint from the venv.
-    let result = util::run(cmd.env("PATH", util::path_with(&tools.venv_bin)?));
+    let result = cmd.env("PATH", util::path_with(&tools.venv_bin)?).run();
     step("dynamodb-local: stop");
     result
 }
@@ -171,6 +163,6 @@ fn end_to_end(tools: &Tools) -> Result {
     dev::with_private_stack(tools, "e2e", Vec::new(), |stack| {
         let mut cmd = util::cargo();
         cmd.args("test -p tollgate-tests --test e2e -- --ignored".split(' '));
-        util::run(cmd.env("TOLLGATE_STACK_FILE", &stack.stack_file))
+        cmd.env("TOLLGATE_STACK_FILE", &stack.stack_file).run()
     })
 }

@@ -1,22 +1,21 @@
-//! Helpers shared by the tasks: where things live, running commands (and reading what
-//! `cargo build` reports, through serde), probing a local server over HTTP (`ureq`), and
-//! progress output.
+//! Helpers shared by the tasks: where things live, running commands, probing a local server
+//! over HTTP (`ureq`), and progress output.
 //!
-//! Progress goes to stderr so that stdout stays free for values a caller may
-//! want to capture (e.g. the endpoint printed by `cargo xtask dynamodb`).
+//! Progress goes to stderr so that stdout stays free for values a caller may want to capture
+//! (e.g. the endpoint printed by `cargo xtask dynamodb`).
 
 use std::env;
-use std::error::Error;
 use std::ffi::OsString;
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Errors are only ever reported to a human, so a boxed error carrying a
-/// readable message is all we need.
-pub type Result<T = (), E = Box<dyn Error>> = std::result::Result<T, E>;
+pub use anyhow::{anyhow, bail, Context};
+
+/// Errors are only ever reported to a human: a message with its context is all we need.
+pub type Result<T = ()> = anyhow::Result<T>;
 
 /// Prints the one-line header that starts a step, e.g. `==> clippy`.
 pub fn step(name: &str) {
@@ -28,68 +27,87 @@ pub fn info(msg: impl std::fmt::Display) {
     eprintln!("    {msg}");
 }
 
-/// The workspace root, whichever directory `cargo xtask` was started from, so every command
-/// works the same.
+/// The workspace root, whichever directory `cargo xtask` was started from.
 pub fn workspace_root() -> PathBuf {
     // `cargo xtask` (`cargo run`) sets it for this run; the value compiled in is the fallback.
-    // Cargo keys a workspace member's artifacts by its path relative to the workspace, so two
-    // clones sharing one `CARGO_TARGET_DIR` share this binary too: the compiled-in directory
-    // may be the other clone's.
-    let dir = env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    dir.parent()
-        .expect("xtask lives one level below the workspace root")
-        .to_path_buf()
+    // Two clones sharing one `CARGO_TARGET_DIR` share this binary too: the compiled-in
+    // directory may be the other clone's.
+    let dir = env::var_os("CARGO_MANIFEST_DIR");
+    let dir = dir.map_or(env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
+    dir.parent().expect("xtask is a workspace member").into()
 }
 
-/// Where tools, venv and logs are kept: `$TOLLGATE_CACHE_DIR`, else
-/// `$HOME/.cache/tollgate`. Never inside the repository, so nothing
-/// downloaded can end up in a commit, and CI can keep it warm between runs.
+/// Where tools, venv and logs are kept: `$TOLLGATE_CACHE_DIR`, else `$HOME/.cache/tollgate`.
+/// Never inside the repository, so nothing downloaded can end up in a commit, and CI can keep
+/// it warm between runs.
 pub fn cache_dir() -> Result<PathBuf> {
-    let dir = match env::var_os("TOLLGATE_CACHE_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => match env::var_os("HOME").filter(|h| !h.is_empty()) {
-            Some(home) => Path::new(&home).join(".cache").join("tollgate"),
-            None => return Err("neither TOLLGATE_CACHE_DIR nor HOME is set".into()),
-        },
-    };
-    // Child processes run in other directories, so a relative path must be
-    // pinned down now.
+    let var = |name| env::var_os(name).filter(|d| !d.is_empty());
+    let home = || Some(Path::new(&var("HOME")?).join(".cache/tollgate"));
+    let dir = var("TOLLGATE_CACHE_DIR").map(PathBuf::from).or_else(home);
+    let dir = dir.context("neither TOLLGATE_CACHE_DIR nor HOME is set")?;
+    // Child processes run in other directories, so a relative path is pinned down now.
     Ok(std::path::absolute(dir)?)
 }
 
-/// A `cargo` command run from the workspace root. Uses `$CARGO` (set by
-/// `cargo run`) so the same toolchain that built xtask does the work.
+/// A `cargo` command run from the workspace root, with `$CARGO` (set by `cargo run`) so the
+/// toolchain that built xtask does the work.
 pub fn cargo() -> Command {
     let mut cmd = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(workspace_root());
     cmd
 }
 
-/// `cargo build <args>`, returning the path of each binary in `bins` as cargo reports it (so
-/// `CARGO_TARGET_DIR` and profiles need no guessing). Diagnostics go to the terminal.
-pub fn cargo_build_bins(args: &[&str], bins: &[&str]) -> Result<Vec<PathBuf>> {
-    build_bins(cargo(), args, bins)
+/// Running a command with its failure as an error that names it.
+pub trait CmdExt {
+    /// Runs it (stdio as set, inherited by default); Err unless it exits 0.
+    fn run(&mut self) -> Result;
+    /// Its stdout; Err unless it exits 0, with what it wrote to stderr (unless inherited).
+    fn read(&mut self) -> Result<String>;
+    /// The command line, for messages.
+    fn display(&self) -> String;
 }
 
-/// [`cargo_build_bins`] with `cmd` as the `cargo` to run (another directory, another target
-/// dir).
-pub fn build_bins(mut cmd: Command, args: &[&str], bins: &[&str]) -> Result<Vec<PathBuf>> {
-    cmd.arg("build")
-        .args(args)
-        .arg("--message-format=json-render-diagnostics")
-        .stderr(std::process::Stdio::inherit());
-    let out = cmd
-        .output()
-        .map_err(|e| format!("could not run cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("`{}` failed ({})", display(&cmd), out.status).into());
+impl CmdExt for Command {
+    fn run(&mut self) -> Result {
+        let status = self.status();
+        let status = status.with_context(|| format!("could not start `{}`", self.display()))?;
+        match status.success() {
+            true => Ok(()),
+            false => bail!("`{}` failed ({status})", self.display()),
+        }
     }
-    /// The part of a `compiler-artifact` message we read.
+
+    fn read(&mut self) -> Result<String> {
+        let out = self.output();
+        let out = out.with_context(|| format!("could not start `{}`", self.display()))?;
+        if !out.status.success() {
+            let (shown, status) = (self.display(), out.status);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            match stderr.trim() {
+                "" => bail!("`{shown}` failed ({status})"),
+                stderr => bail!("`{shown}` failed ({status}): {stderr}"),
+            }
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    fn display(&self) -> String {
+        let words = std::iter::once(self.get_program()).chain(self.get_args());
+        let words: Vec<_> = words.map(|s| s.to_string_lossy()).collect();
+        words.join(" ")
+    }
+}
+
+/// `cmd` (a `cargo`) with `build <args>`, returning the path of each binary in `bins` as cargo
+/// reports it (so `CARGO_TARGET_DIR` and profiles need no guessing). Diagnostics go to the
+/// terminal.
+pub fn build_bins(mut cmd: Command, args: &[&str], bins: &[&str]) -> Result<Vec<PathBuf>> {
+    cmd.arg("build").args(args);
+    cmd.arg("--message-format=json-render-diagnostics");
+    let out = cmd.stderr(Stdio::inherit()).read()?;
+    /// The part of a `compiler-artifact` message read here.
     #[derive(serde::Deserialize)]
     struct Artifact {
-        reason: String,
         target: Target,
         executable: Option<PathBuf>,
     }
@@ -97,20 +115,14 @@ pub fn build_bins(mut cmd: Command, args: &[&str], bins: &[&str]) -> Result<Vec<
     struct Target {
         name: String,
     }
-    let artifacts: Vec<Artifact> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Artifact>(line).ok())
-        .filter(|a| a.reason == "compiler-artifact")
-        .collect();
-    bins.iter()
-        .map(|bin| {
-            artifacts
-                .iter()
-                .filter(|a| a.target.name == *bin)
-                .find_map(|a| a.executable.clone())
-                .ok_or_else(|| format!("`{}` reported no `{bin}` binary", display(&cmd)).into())
-        })
-        .collect()
+    let artifacts = out.lines().filter_map(|l| serde_json::from_str(l).ok());
+    let artifacts: Vec<Artifact> = artifacts.collect();
+    let find = |bin: &&str| {
+        let mut built = artifacts.iter().filter(|a| a.target.name == *bin);
+        let exe = built.find_map(|a| a.executable.clone());
+        exe.with_context(|| format!("`{}` reported no `{bin}` binary", cmd.display()))
+    };
+    bins.iter().map(find).collect()
 }
 
 /// An HTTP answer to a probe.
@@ -130,11 +142,8 @@ pub fn request(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<Answer> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let config = ureq::Agent::config_builder().timeout_global(Some(timeout));
+    let agent: ureq::Agent = config.http_status_as_error(false).build().into();
     let mut request = ureq::http::Request::builder().method(method).uri(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
@@ -143,75 +152,48 @@ pub fn request(
         Some(body) => agent.run(request.body(body)?)?,
         None => agent.run(request.body(())?)?,
     };
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let content_type = response.headers().get("content-type");
+    let content_type = content_type.and_then(|v| v.to_str().ok());
     Ok(Answer {
         status: response.status().as_u16(),
-        content_type,
+        content_type: content_type.unwrap_or_default().to_string(),
         body: response.body_mut().read_to_string().unwrap_or_default(),
     })
 }
 
-/// Runs a command with inherited stdio and turns failure into an error that
-/// names the command.
-pub fn run(cmd: &mut Command) -> Result {
-    let status = cmd
-        .status()
-        .map_err(|e| format!("could not start `{}`: {e}", display(cmd)))?;
-    if status.success() {
-        Ok(())
+/// The first line `cmd` prints (stdout, else stderr: `java -version` writes there), if it runs
+/// and succeeds; for version strings.
+pub fn first_line(cmd: &mut Command) -> Option<String> {
+    let out = cmd.stdin(Stdio::null()).output().ok()?;
+    let text = if out.stdout.is_empty() {
+        out.stderr
     } else {
-        Err(format!("`{}` failed ({status})", display(cmd)).into())
-    }
-}
-
-/// The first line a command prints (stdout, else stderr: `java -version` writes there), or
-/// "unknown" if it cannot run; for version strings.
-pub fn first_line(cmd: &mut Command) -> String {
-    let Ok(out) = cmd.output() else {
-        return "unknown".into();
+        out.stdout
     };
-    let text = [out.stdout, out.stderr].into_iter().find(|t| !t.is_empty());
-    let text = text.unwrap_or_default();
-    let line = String::from_utf8_lossy(&text)
-        .lines()
-        .next()
-        .map(str::trim)
-        .map(String::from);
-    line.unwrap_or_else(|| "unknown".into())
+    let text = String::from_utf8_lossy(&text);
+    let line = text.lines().next().filter(|_| out.status.success());
+    line.map(|l| l.trim().to_string())
 }
 
-/// Dummy AWS credentials and region: what a local child process gets, so nothing real is
-/// ever sent, not even to a local port.
-pub const DUMMY_AWS: [(&str, &str); 4] = [
-    ("AWS_ACCESS_KEY_ID", "test"),
-    ("AWS_SECRET_ACCESS_KEY", "test"),
-    ("AWS_REGION", "us-east-1"),
-    // No lookup of real credentials from instance metadata.
-    ("AWS_EC2_METADATA_DISABLED", "true"),
-];
-/// Where real credentials would come from otherwise; removed from a local child's environment.
-pub const REAL_AWS: [&str; 2] = ["AWS_SESSION_TOKEN", "AWS_PROFILE"];
-
-/// [`DUMMY_AWS`] set and [`REAL_AWS`] removed, and DynamoDB calls sent to `endpoint` (also those
-/// of an SDK client built from the environment alone: never to real AWS by accident).
+/// Dummy AWS credentials and region set, real ones removed, and DynamoDB calls sent to
+/// `endpoint` (also those of an SDK client built from the environment alone): a local child
+/// never sends anything to real AWS, not even to a local port.
 pub fn local_aws(cmd: &mut Command, endpoint: &str) {
-    cmd.env("DYNAMODB_ENDPOINT", endpoint)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
-        .envs(DUMMY_AWS);
-    for key in REAL_AWS {
-        cmd.env_remove(key);
-    }
+    cmd.env("DYNAMODB_ENDPOINT", endpoint);
+    cmd.env("AWS_ENDPOINT_URL_DYNAMODB", endpoint);
+    cmd.env("AWS_ACCESS_KEY_ID", "test");
+    cmd.env("AWS_SECRET_ACCESS_KEY", "test");
+    cmd.env("AWS_REGION", "us-east-1");
+    // No lookup of real credentials from instance metadata.
+    cmd.env("AWS_EC2_METADATA_DISABLED", "true");
+    cmd.env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE");
 }
 
 /// Err if Ctrl-C or SIGTERM arrived: the caller unwinds and the `Drop` guards clean up.
 pub fn interrupted() -> Result {
     match crate::signal::received() {
-        true => Err("interrupted".into()),
+        true => bail!("interrupted"),
         false => Ok(()),
     }
 }
@@ -235,25 +217,12 @@ pub fn poll<T>(
     }
 }
 
-/// The command line, for messages.
-pub fn display(cmd: &Command) -> String {
-    std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|s| s.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Asks the OS for a free TCP port. The port is released again before the
-/// caller binds it, so another process could grab it in between; callers
-/// that care retry (see `dynamodb_local::start`).
-///
-/// Probes the wildcard address, not just 127.0.0.1: DynamoDB Local listens
-/// on all interfaces, so the port has to be free on all of them.
+/// A free TCP port. It is released again before the caller binds it, so another process could
+/// grab it in between; callers that care retry (see `dynamodb_local::start`). Probes the
+/// wildcard address: DynamoDB Local listens on all interfaces, so the port must be free on all.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))?
-        .local_addr()?
-        .port())
+    let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+    Ok(listener.local_addr()?.port())
 }
 
 /// Whether `port` can be listened on (on all interfaces, as for [`free_port`]).
@@ -261,8 +230,7 @@ pub fn port_is_free(port: u16) -> bool {
     TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok()
 }
 
-/// `$PATH` with `dir` in front, so tools installed in the cache win over any
-/// other copies on the machine.
+/// `$PATH` with `dir` in front, so tools installed in the cache win over other copies.
 pub fn path_with(dir: &Path) -> Result<OsString> {
     let rest = env::var_os("PATH").unwrap_or_default();
     let dirs = std::iter::once(dir.to_path_buf()).chain(env::split_paths(&rest));
@@ -278,25 +246,20 @@ pub fn tail(path: &Path, n: usize) -> String {
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.unwrap_or_default().as_secs()
 }
 
-/// Writes a file only the owner can read (it holds tokens), atomically, so
-/// a reader never sees half of it.
+/// Writes a file only the owner can read (it holds tokens), atomically, so a reader never sees
+/// half of it.
 pub fn write_private(path: &Path, text: &str) -> Result {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true).mode(0o600);
-    let mut file = options
-        .open(&tmp)
-        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    let file = options.open(&tmp);
+    let mut file = file.with_context(|| format!("cannot write {}", tmp.display()))?;
     file.write_all(text.as_bytes())?;
-    drop(file);
-    fs::rename(&tmp, path)?;
-    Ok(())
+    Ok(fs::rename(&tmp, path)?)
 }

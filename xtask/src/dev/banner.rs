@@ -57,7 +57,8 @@ mod tests {
 
     #[test]
     fn banner_fills_every_value() {
-        let mut stack = DevStack::new("/s/stack.json".into(), "/l".into(), None);
+        let mut stack = DevStack::default();
+        (stack.stack_file, stack.functions_log) = ("/s/stack.json".into(), "/l".into());
         stack.info = StackFile {
             ephemeral_key_url: "http://127.0.0.1:9/lambda-url/s".into(),
             transfer_url: "http://127.0.0.1:9/lambda-url/t".into(),

@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use crate::util::{self, Result};
+use crate::util::{self, anyhow, Result};
 
 /// The environment for the CLI and the functions: the user's, plus the stack's wiring (always
-/// ours: [`util::local_aws`] with our DynamoDB Local, dummy credentials and region) and dev
-/// defaults for what the user left unset.
-#[derive(Default)]
+/// ours: [`util::local_aws`] with our DynamoDB Local) and dev defaults for what the user left
+/// unset.
 pub struct Env {
     /// Our DynamoDB Local.
     endpoint: String,
@@ -24,8 +23,9 @@ pub fn user(key: &str) -> Option<String> {
 impl Env {
     /// The user's environment with the stack's DynamoDB Local at `endpoint`.
     pub fn new(endpoint: &str) -> Self {
+        let endpoint = endpoint.into();
         Self {
-            endpoint: endpoint.into(),
+            endpoint,
             set: BTreeMap::new(),
         }
     }
@@ -54,7 +54,7 @@ impl Env {
         }
         // From the OS's generator only: a token made of the clock and pid could be guessed.
         let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| format!("no OS randomness for a token: {e}"))?;
+        getrandom::fill(&mut bytes).map_err(|e| anyhow!("no OS randomness for a token: {e}"))?;
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let token = format!("dev-{hex}");
         self.set("INTERNAL_TOKEN", &token);
@@ -62,9 +62,7 @@ impl Env {
     }
 
     pub fn apply(&self, cmd: &mut Command) {
-        if !self.endpoint.is_empty() {
-            util::local_aws(cmd, &self.endpoint);
-        }
+        util::local_aws(cmd, &self.endpoint);
         cmd.envs(&self.set);
     }
 }

@@ -1,49 +1,33 @@
-//! `cargo xtask dev`: the whole stack on this machine, ready to `curl` and to open in a browser.
-//!
-//! DynamoDB Local → tables and a demo client with two accounts (through the operator CLI, so
-//! the data is made exactly as an operator would make it) → the browser page's dev server
-//! (`web/dev/server.cjs`: the page with `/api` on one origin, and the OpenAI stand-in that
-//! mints client secrets and answers WebRTC calls, used when there is no `OPENAI_API_KEY`) →
-//! both functions under one `cargo lambda watch`, behind the front ([`crate::front`]) → a probe
-//! of each part through the front → the stack file
-//! (`.dev/stack.json`, a [`StackFile`]), `.dev/env` and ready-to-paste `curl` lines (the text of
-//! `templates/dev-banner.txt`). Ctrl-C or SIGTERM stops everything it started, in reverse
-//! order, and removes the stack file.
-//!
-//! [`with_private_stack`] is the same stack for `cargo xtask test`'s e2e and browser steps.
+//! `cargo xtask dev`: the whole stack on this machine, ready to `curl` and to open in a browser
+//! (the README lists its steps). [`with_private_stack`] is the same stack for `cargo xtask
+//! test`'s e2e and browser steps.
 //!
 //! One file per concern: [`stack`] (start, probe and stop the parts, the stack file), [`demo`]
-//! (the demo client and accounts, through the operator CLI), [`env`] (what the CLI and the
-//! functions see: the user's variables, the stack's wiring, dev defaults), [`echo`] (the
+//! (the demo client and accounts, through the operator CLI, so the data is made exactly as an
+//! operator would make it), [`env`] (what the CLI and the functions see), [`echo`] (the
 //! functions' log on the terminal) and [`banner`] (the ready-to-paste lines); this file is the
 //! command.
 //!
 //! Choices worth knowing:
 //!
 //! - One `cargo lambda watch` serves both binaries, each at
-//!   `http://127.0.0.1:<port>/lambda-url/<binary>/…`. cargo-lambda strips
-//!   `/lambda-url/<binary>` before building the function-URL event, so the
-//!   functions see `/session`, `/transfers`, … and `BASE_PATH` stays empty.
+//!   `http://127.0.0.1:<port>/lambda-url/<binary>/…`. cargo-lambda strips `/lambda-url/<binary>`
+//!   before building the function-URL event, so the functions see `/session`, `/transfers`, …
+//!   and `BASE_PATH` stays empty.
 //! - What the stack publishes (the stack file's URLs, `.dev/env`, the page's `/api`) is the
 //!   front's port, never cargo-lambda's: the front joins repeated header fields as API
 //!   Gateway's payload 2.0 does, which cargo-lambda does not (it keeps the first field), so a
-//!   local answer is the deployed one. cargo-lambda listens on a port of its own, unpublished.
-//! - The functions are built *before* `cargo lambda watch` starts, with the
-//!   same `cargo build --bin <name>` cargo-lambda runs (one package per
-//!   invocation, so features unify the same way and nothing is rebuilt):
-//!   compile errors show up in the terminal and fail the start at once,
-//!   instead of as a hanging first request.
-//! - Variables the user set are passed through untouched (`RUST_LOG`,
-//!   `INTERNAL_TOKEN`, table names, limits, `OPENAI_*`, …); only unset ones
-//!   get dev defaults. The exceptions are the stack's own wiring, which is
-//!   always ours: `DYNAMODB_ENDPOINT` (our DynamoDB Local) and dummy AWS
-//!   credentials and region (real ones are never sent anywhere, not even to
-//!   a local port), with the instance-metadata lookup off.
-//! - `--persist DIR` keeps DynamoDB's data in DIR and the demo credentials
-//!   beside it (`DIR/tollgate-demo.json`): tokens are stored hashed, so the
-//!   demo token can only be shown again if we keep it. Next start with the
-//!   same DIR reuses the demo when its accounts still exist, otherwise seeds
-//!   a new one. Tables that exist are left alone by `tables create`.
+//!   local answer is the deployed one.
+//! - The functions are built *before* `cargo lambda watch` starts, with the same `cargo build
+//!   --bin <name>` cargo-lambda runs (one package per invocation, so features unify the same
+//!   way and nothing is rebuilt): compile errors fail the start at once, instead of showing as
+//!   a hanging first request.
+//! - Variables the user set reach the functions untouched; only unset ones get dev defaults.
+//!   The stack's own wiring is always ours: `DYNAMODB_ENDPOINT` and dummy AWS credentials
+//!   (real ones are never sent anywhere, not even to a local port).
+//! - `--persist DIR` keeps the demo credentials beside the data (`DIR/tollgate-demo.json`):
+//!   tokens are stored hashed, so the demo token can only be shown again if we keep it. The
+//!   next start with the same DIR reuses the demo when its accounts still exist.
 
 mod banner;
 mod demo;
@@ -104,10 +88,8 @@ pub fn run(args: Args) -> Result {
     step("setup");
     let tools = crate::setup::all(crate::setup::Need::STACK)?;
     let mut stack = stack::start(&tools, &opts, Some(lock))?;
-    info(format!(
-        "started in {:.1}s",
-        started.elapsed().as_secs_f32()
-    ));
+    let secs = started.elapsed().as_secs_f32();
+    info(format!("started in {secs:.1}s"));
     let mut echo = echo::Echo::open(&stack.functions_log)?;
     print!("{}", banner::banner(&stack)?);
     let _ = std::io::stdout().flush();
@@ -131,9 +113,9 @@ pub fn run(args: Args) -> Result {
     result
 }
 
-/// `cargo lambda watch` restarts the functions when a file it watches
-/// changes, and it watches the repository minus what git ignores. A database
-/// kept there would restart them on every write.
+/// `cargo lambda watch` restarts the functions when a file it watches changes, and it watches
+/// the repository minus what git ignores. A database kept there would restart them on every
+/// write.
 fn warn_if_watched(dir: &Path) {
     let root = util::workspace_root();
     if !dir.starts_with(&root) {

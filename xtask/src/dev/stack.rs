@@ -16,15 +16,15 @@ use crate::dynamodb_local::{self, DynamoDbLocal, Storage};
 use crate::front::Front;
 use crate::lock::Lock;
 use crate::setup::Tools;
-use crate::util::{self, info, interrupted, step, write_private, Result};
+use crate::util::{self, bail, info, interrupted, step, write_private, CmdExt, Context, Result};
 use crate::{processes, signal};
 
-/// How long the functions get to answer after `cargo lambda watch` started.
-/// They are prebuilt, so this is normally a few seconds; the margin covers a
-/// rebuild by cargo-lambda on a busy 2-core machine.
+/// How long the functions get to answer after `cargo lambda watch` started. They are prebuilt,
+/// so this is normally a few seconds; the margin covers a rebuild by cargo-lambda on a busy
+/// 2-core machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
-/// How long one probe may wait for its answer. Short, so Ctrl-C during
-/// startup is noticed soon; a probe that times out is simply sent again.
+/// How long one probe may wait for its answer. Short, so Ctrl-C during startup is noticed
+/// soon; a probe that times out is simply sent again.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long `cargo lambda watch` gets to stop its functions before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -32,6 +32,7 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const WEB_READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Placed in the OpenAI key variable when the stand-in runs: obviously fake.
 const STAND_IN_API_KEY: &str = "sk-local-stand-in";
+const OPENAI: &str = "https://api.openai.com";
 
 /// How to start a stack.
 #[derive(Debug, Clone)]
@@ -42,15 +43,15 @@ pub struct Options {
     /// The port of the functions' URLs (the front's; `cargo lambda watch` gets a free one
     /// behind it); `None` picks a free one.
     pub invoke_port: Option<u16>,
-    /// Rebuild and restart a function when its code changes. Off for test
-    /// runs, so an edit during the run cannot restart a function mid-test.
+    /// Rebuild and restart a function when its code changes. Off for test runs, so an edit
+    /// during the run cannot restart a function mid-test.
     pub reload: bool,
     /// Variables only the functions see (the browser tests' limits).
     pub function_env: Vec<(String, String)>,
 }
 
-/// `.dev/stack.json`: how tools and tests find the running stack (the contract's fields,
-/// plus what the e2e and browser tests read). Written once every part answers.
+/// `.dev/stack.json`: how tools and tests find the running stack (the contract's fields, plus
+/// what the e2e and browser tests read). Written once every part answers.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StackFile {
     pub ephemeral_key_url: String,
@@ -77,6 +78,7 @@ pub struct Web {
 
 /// A running stack. Dropping it stops every part (the front first, then the functions, then
 /// the page's server, then DynamoDB Local) and removes the stack file.
+#[derive(Default)]
 pub struct DevStack {
     pub info: StackFile,
     pub stack_file: PathBuf,
@@ -99,8 +101,8 @@ pub fn lock(state_dir: &Path) -> Result<Lock> {
     Lock::acquire(&state_dir.join("dev.lock"), "`cargo xtask dev`")
 }
 
-/// Starts everything and returns once every part answers and the stack file
-/// is written. Takes the lock unless the caller already holds it.
+/// Starts everything and returns once every part answers and the stack file is written. Takes
+/// the lock unless the caller already holds it.
 pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevStack> {
     signal::install();
     fs::create_dir_all(&opts.state_dir)?;
@@ -114,32 +116,25 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
     let _ = fs::remove_file(&stack_file);
     let logs = state_dir.join("logs");
     fs::create_dir_all(&logs)?;
-
-    let invoke_port = match opts.invoke_port {
-        Some(port) if !util::port_is_free(port) => {
-            return Err(format!(
-                "port {port} is already in use: pick another with `--port <port>` (or leave it out for a free one), or stop the program listening on it."
-            )
-            .into())
-        }
-        Some(port) => port,
-        // The OS picks one as the front binds it.
-        None => 0,
-    };
-    let mut stack = DevStack::new(stack_file, logs.join("functions.log"), Some(lock));
-    // cargo-lambda's own port: only the front talks to it.
+    if let Some(port) = opts.invoke_port.filter(|&port| !util::port_is_free(port)) {
+        bail!("port {port} is already in use: pick another with `--port <port>` (or leave it out for a free one), or stop the program listening on it.");
+    }
+    let mut stack = DevStack::default();
+    (stack.stack_file, stack.functions_log) = (stack_file, logs.join("functions.log"));
+    stack.lock = Some(lock);
+    // cargo-lambda's own port: only the front talks to it. The front's port is the published
+    // one (0: the OS picks one as the front binds it).
     let lambda_port = util::free_port()?;
-    let front = Front::start(invoke_port, &format!("http://127.0.0.1:{lambda_port}"))?;
+    let front = Front::start(
+        opts.invoke_port.unwrap_or(0),
+        &format!("http://127.0.0.1:{lambda_port}"),
+    )?;
     let front_url = front.url();
     stack.front = Some(front);
 
     step("dynamodb-local");
-    let ddb = dynamodb_local::start(
-        &tools.dynamodb_local,
-        &opts.storage,
-        None,
-        &logs.join("dynamodb-local.log"),
-    )?;
+    let ddb_log = logs.join("dynamodb-local.log");
+    let ddb = dynamodb_local::start(&tools.dynamodb_local, &opts.storage, None, &ddb_log)?;
     info(format!("{} ({})", ddb.endpoint, opts.storage));
     stack.info.dynamodb_endpoint = ddb.endpoint.clone();
     stack.ddb = Some(ddb);
@@ -151,7 +146,9 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
     stack.info.ephemeral_key_url = url(&catalog::EPHEMERAL_KEY);
     stack.info.transfer_url = url(&catalog::TRANSFER);
     for function in catalog::FUNCTIONS {
-        util::run(util::cargo().args(["build", "--bin", function.name]))?;
+        util::cargo()
+            .args(["build", "--bin", function.name])
+            .run()?;
         interrupted()?;
     }
 
@@ -161,21 +158,23 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
 
     step("tables");
     let template = util::workspace_root().join("template.yaml");
-    let template = template.to_str().ok_or("the workspace path is not UTF-8")?;
+    let template = template
+        .to_str()
+        .context("the workspace path is not UTF-8")?;
     let out = run_cli(&cli, &env, &["tables", "create", "--template", template])?;
-    for line in out.lines().filter(|l| !l.trim().is_empty()) {
-        info(line.trim_end());
-    }
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .for_each(|l| info(l.trim_end()));
     interrupted()?;
 
     step("demo data");
-    stack.info.demo = demo::seed(&cli, &env, &opts.storage)?;
-    let demo = &stack.info.demo;
+    let demo = demo::seed(&cli, &env, &opts.storage)?;
     info(format!(
         "client {} with accounts {}",
         demo.client_id,
         demo.accounts.join(", ")
     ));
+    stack.info.demo = demo;
 
     step("page and openai");
     let real_openai = user("OPENAI_API_KEY").is_some() || user("OPENAI_API_KEY_PARAM").is_some();
@@ -188,13 +187,14 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
     )?);
     // The page's second origin may call the API (a cross-origin app); `localhost` for the
     // same port is another origin, and is not listed.
-    let second = stack.info.web.second_url.trim_end_matches('/');
-    env.unless_set("CORS_ALLOWED_ORIGINS", second);
+    env.unless_set(
+        "CORS_ALLOWED_ORIGINS",
+        stack.info.web.second_url.trim_end_matches('/'),
+    );
     if real_openai {
         info(format!(
             "OPENAI_API_KEY is set: client secrets come from {} with your key (from OpenAI they are real, and billed)",
-            env.get("OPENAI_BASE_URL")
-                .unwrap_or_else(|| "https://api.openai.com".into())
+            env.get("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI.into())
         ));
     } else {
         let url = stack.info.web.realtime_url.clone();
@@ -217,7 +217,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
         cmd.arg("--ignore-changes");
     }
     env.apply(&mut cmd);
-    cmd.envs(opts.function_env.iter().map(|(k, v)| (k, v)))
+    cmd.envs(opts.function_env.iter().cloned())
         .current_dir(util::workspace_root())
         .env("PATH", util::path_with(&tools.venv_bin)?)
         .stdin(Stdio::null())
@@ -235,33 +235,20 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
     ));
     stack.wait_ready()?;
 
-    let json = serde_json::to_string_pretty(&stack.info)?;
-    write_private(&stack.stack_file, &json)?;
+    write_private(
+        &stack.stack_file,
+        &serde_json::to_string_pretty(&stack.info)?,
+    )?;
     let shell = stack.info.to_shell(&stack.stack_file);
     write_private(&env_file(&stack.stack_file), &shell)?;
     Ok(stack)
 }
 
 impl DevStack {
-    /// A stack with nothing started yet.
-    pub(super) fn new(stack_file: PathBuf, functions_log: PathBuf, lock: Option<Lock>) -> DevStack {
-        DevStack {
-            info: StackFile::default(),
-            stack_file,
-            functions_log,
-            front: None,
-            functions: None,
-            web: None,
-            ddb: None,
-            lock,
-        }
-    }
-
-    /// Probes each function until it answers. The transfer function is asked
-    /// for the demo payer's balance (proves tables, seed and token); the
-    /// session function for a session with the internal token when the
-    /// stand-in runs (proves the upstream path, costs no `ip` quota), else
-    /// for its kill switch (no paid call to the real OpenAI at start).
+    /// Probes each function until it answers. The transfer function is asked for the demo
+    /// payer's balance (proves tables, seed and token); the session function for a session with
+    /// the internal token when the stand-in runs (proves the upstream path, costs no `ip`
+    /// quota), else for its kill switch (no paid call to the real OpenAI at start).
     fn wait_ready(&mut self) -> Result {
         let deadline = Instant::now() + READY_TIMEOUT;
         let info = self.info.clone();
@@ -284,8 +271,8 @@ impl DevStack {
         })
     }
 
-    /// Repeats `probe` until the function gives an answer below 500, then
-    /// reports it; fails early on what the log shows cannot recover.
+    /// Repeats `probe` until the function gives an answer below 500, then reports it; fails
+    /// early on what the log shows cannot recover.
     fn wait_for(
         &mut self,
         name: &str,
@@ -294,15 +281,25 @@ impl DevStack {
     ) -> Result {
         let (started, log) = (Instant::now(), self.functions_log.clone());
         let mut last = String::new();
+        // Lines of the functions' log that mean waiting longer is pointless.
+        const FATAL: [&str; 3] = [
+            "bad configuration",
+            "error: could not compile",
+            "Address already in use",
+        ];
         let ready = util::poll(deadline, Duration::from_millis(250), || {
             self.check_alive()?;
-            if let Some(problem) = fatal_log_line(&log) {
-                let log = log.display();
-                return Err(format!("{name} cannot start: {problem}\n(full log: {log})").into());
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| FATAL.iter().any(|f| l.contains(f))) {
+                bail!(
+                    "{name} cannot start: {}\n(full log: {})",
+                    line.trim(),
+                    log.display()
+                );
             }
             match probe() {
-                // Our functions answer JSON (or problem+json) to everything;
-                // cargo-lambda's own refusals (unknown function: 404) do not.
+                // Our functions answer JSON (or problem+json) to everything; cargo-lambda's
+                // own refusals (unknown function: 404) do not.
                 Ok(r) if r.status < 500 && r.content_type.contains("json") => return Ok(Some(r)),
                 Ok(r) => last = format!("HTTP {}: {}", r.status, r.body),
                 Err(e) => last = e.to_string(),
@@ -310,13 +307,12 @@ impl DevStack {
             Ok(None)
         })?;
         let Some(r) = ready else {
-            return Err(format!(
+            bail!(
                 "{name} did not answer within {}s (last: {last}); last lines of {}:\n{}",
                 READY_TIMEOUT.as_secs(),
                 log.display(),
                 util::tail(&log, 20)
-            )
-            .into());
+            );
         };
         let secs = started.elapsed().as_secs_f32();
         match r.status {
@@ -334,10 +330,10 @@ impl DevStack {
         if let Some(ddb) = self.ddb.as_mut() {
             ddb.check_alive()?;
         }
-        if let Some(functions) = self.functions.as_mut() {
-            functions.check_alive(&self.functions_log)?;
+        match self.functions.as_mut() {
+            Some(functions) => functions.check_alive(&self.functions_log),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Stops every part, removes the stack file and releases the lock. Idempotent.
@@ -425,11 +421,11 @@ impl StackFile {
             ("TOLLGATE_STACK_FILE", stack_file.display().to_string()),
         ];
         vars.extend(self.internal_token.clone().map(|t| ("INTERNAL_TOKEN", t)));
-        let mut out = String::from("# Written by `cargo xtask dev`; removed when it stops.\n");
-        for (name, value) in vars {
-            out.push_str(&format!("export {name}={}\n", sh(&value)));
-        }
-        out
+        let exports = vars
+            .iter()
+            .map(|(name, value)| format!("export {name}={}\n", sh(value)));
+        let head = "# Written by `cargo xtask dev`; removed when it stops.\n";
+        std::iter::once(head.to_string()).chain(exports).collect()
     }
 }
 
@@ -449,10 +445,18 @@ fn start_web(
     let log = fs::File::create(&log_path)?;
     let mut cmd = Command::new("node");
     cmd.arg(util::workspace_root().join("web/dev/server.cjs"))
-        .args(["--port", &page.to_string()])
-        .args(["--second-port", &second.to_string()])
-        .args(["--realtime-port", &realtime.to_string()])
-        .args(["--functions", functions])
+        .args([
+            "--port",
+            &page.to_string(),
+            "--second-port",
+            &second.to_string(),
+        ])
+        .args([
+            "--realtime-port",
+            &realtime.to_string(),
+            "--functions",
+            functions,
+        ])
         .env("NODE_PATH", &tools.web_modules)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -460,7 +464,7 @@ fn start_web(
     // The page's config.json names the Realtime origin it sends the secrets to: OpenAI when the
     // functions mint real secrets, else the stand-in (the server's default).
     if real_openai {
-        cmd.args(["--realtime-origin", "https://api.openai.com"]);
+        cmd.args(["--realtime-origin", OPENAI]);
     }
     let mut tree = processes::spawn("web dev server", &mut cmd)?;
     let control = format!("http://127.0.0.1:{page}/_dev/log");
@@ -471,11 +475,13 @@ fn start_web(
         Ok(answer.is_ok_and(|r| r.status == 200).then_some(()))
     })?;
     if ready.is_none() {
-        let log = log_path.display();
-        return Err(format!("the web dev server did not answer (log: {log})").into());
+        bail!(
+            "the web dev server did not answer (log: {})",
+            log_path.display()
+        );
     }
     let realtime_url = match real_openai {
-        true => "https://api.openai.com".to_string(),
+        true => OPENAI.to_string(),
         false => format!("http://127.0.0.1:{realtime}"),
     };
     info.web_url = format!("http://127.0.0.1:{page}/");
@@ -483,21 +489,12 @@ fn start_web(
         second_url: format!("http://127.0.0.1:{second}/"),
         realtime_url,
     };
-    let log = log_path.display();
-    crate::util::info(format!("page at {} (log: {log})", info.web_url));
+    util::info(format!(
+        "page at {} (log: {})",
+        info.web_url,
+        log_path.display()
+    ));
     Ok(tree)
-}
-
-/// A line of the functions' log that means waiting longer is pointless.
-fn fatal_log_line(log: &Path) -> Option<String> {
-    const FATAL: [&str; 3] = [
-        "bad configuration",
-        "error: could not compile",
-        "Address already in use",
-    ];
-    let text = fs::read_to_string(log).ok()?;
-    let line = text.lines().find(|l| FATAL.iter().any(|f| l.contains(f)))?;
-    Some(line.trim().to_string())
 }
 
 #[cfg(test)]
@@ -516,9 +513,7 @@ mod tests {
         ] {
             assert!(v.get(key).is_some(), "{key} missing from {v}");
         }
-        assert!(
-            v["web"]["second_url"].is_string() && v["demo"]["accounts"].is_array(),
-            "{v}"
-        );
+        let (second, accounts) = (&v["web"]["second_url"], &v["demo"]["accounts"]);
+        assert!(second.is_string() && accounts.is_array(), "{v}");
     }
 }
