@@ -4,9 +4,11 @@
 //! `cargo test --workspace` does, so no step compiles the AWS SDK again for a feature set of its
 //! own (a cold CI run took 830 s without the hack, 570 s with it).
 //!
-//! Kept by hand, checked here: `cargo tree` (no build, offline from the lock file) for each such
-//! package against the whole workspace, on this host's target. A dependency that turns on a new
-//! feature somewhere fails this test with the crate and its features to add to the hack.
+//! `cargo hakari` (0.9.39, `.config/hakari.toml`) generates the hack; CI does not install it (a
+//! cold `cargo install cargo-hakari` compiles for minutes) but checks the property it is for with
+//! cargo alone: `cargo tree` (no build, offline from the lock file) for each such package against
+//! the whole workspace, on this host's target. A dependency that turns on a new feature somewhere
+//! fails this test with the crate and its features; `cargo hakari generate` puts them in the hack.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -15,16 +17,19 @@ use serde_json::Value;
 
 use crate::deploy::tools::{assert_success, repo_root, run};
 
-/// Members cargo never builds on their own in a test run, or that must stay free of the hack:
-/// the library (it packages alone), the small project crates below it, xtask (built first, on
-/// its own small dependencies) and the hack itself.
-const NOT_CHECKED: [&str; 5] = [
-    "tollgate",
-    "tollgate-catalog",
-    "tollgate-template",
-    "tollgate-workspace-hack",
-    "xtask",
-];
+/// The hack itself.
+const HACK: &str = "tollgate-workspace-hack";
+
+/// Members that must stay free of the hack, as `.config/hakari.toml`'s `[final-excludes]` names
+/// them: the library (it packages alone), the small project crates below it and xtask (built
+/// first, on its own small dependencies). Not checked for the property: where a test run builds
+/// them alone, a build of their own is the point (the library's package, doc and feature steps;
+/// xtask).
+const FREE_OF_THE_HACK: [&str; 4] = ["tollgate", "tollgate-catalog", "tollgate-template", "xtask"];
+
+/// What to run when the hack no longer holds.
+const REGENERATE: &str = "cargo install cargo-hakari --version 0.9.39 --locked, then cargo \
+    hakari generate && cargo hakari manage-deps (see .config/hakari.toml)";
 
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
@@ -61,7 +66,7 @@ fn members() -> Vec<String> {
         .expect("packages")
         .iter()
         .filter_map(|p| p["name"].as_str().map(String::from))
-        .filter(|name| !NOT_CHECKED.contains(&name.as_str()))
+        .filter(|name| name != HACK && !FREE_OF_THE_HACK.contains(&name.as_str()))
         .collect()
 }
 
@@ -82,8 +87,46 @@ fn every_package_built_alone_resolves_its_dependencies_as_the_workspace_does() {
     assert!(
         differ.is_empty(),
         "built alone, these resolve other features than `cargo test --workspace` does, so a step \
-         compiles them (and everything above them) once more; add the workspace's features to \
-         project/workspace-hack/Cargo.toml:\n{}",
+         compiles them (and everything above them) once more; regenerate the workspace-hack \
+         ({REGENERATE}):\n{}",
         differ.join("\n")
     );
+}
+
+/// The members hakari leaves out are the ones listed above, and none of them reaches the hack,
+/// not even through another member: `cargo package -p tollgate` packs the library alone, and
+/// xtask builds without the AWS SDK.
+#[test]
+fn the_library_its_small_crates_and_xtask_stay_free_of_the_hack() {
+    let config = std::fs::read_to_string(repo_root().join(".config/hakari.toml")).unwrap();
+    let excluded: BTreeSet<&str> = config
+        .split("[final-excludes]")
+        .nth(1)
+        .and_then(|table| table.lines().find(|l| l.starts_with("workspace-members")))
+        .expect("[final-excludes] workspace-members in .config/hakari.toml")
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .collect();
+    assert_eq!(
+        excluded,
+        BTreeSet::from(FREE_OF_THE_HACK),
+        ".config/hakari.toml's [final-excludes] against FREE_OF_THE_HACK here"
+    );
+    for member in FREE_OF_THE_HACK {
+        // Every kind of edge, dev-dependencies included, and every member it reaches.
+        let mut cmd = cargo();
+        cmd.args(["tree", "-p", member, "--locked", "--prefix", "none"])
+            .args(["--format", "{p}"]);
+        let out = run(&mut cmd);
+        assert_success(&cmd, &out);
+        let hack = format!("{HACK} v");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|line| line.starts_with(&hack)),
+            "{member} reaches the workspace-hack, through a line of its own (`cargo hakari \
+             manage-deps` removes it) or through a member that has one"
+        );
+    }
 }

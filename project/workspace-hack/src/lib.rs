@@ -1,2 +1,3 @@
-//! Intentionally empty: this crate exists only for its `Cargo.toml`, which gives tokio, hyper,
-//! hyper-util, hyper-rustls, regex, idna and libc one feature set in every build (see there why).
+//! Intentionally empty: this crate exists only for its `Cargo.toml`, which gives the heavy
+//! dependencies (tokio, hyper, the AWS SDK's smithy crates, serde, libc, …) one feature set in
+//! every build; `cargo hakari` generates it (see there why).
