@@ -102,13 +102,9 @@ pub fn run(args: Args) -> Result {
     // Every step from here on needs the tools: without them the run ends with what failed.
     let installed = setup.join();
     let installed = installed.unwrap_or_else(|_| bail!("the installing thread panicked"));
-    let tools: Tools = match installed {
-        Ok(tools) => tools,
-        Err(e) => {
-            eprintln!("error: setup: {e:#}");
-            failed.borrow_mut().push("setup");
-            bail!("failed: {}", failed.borrow().join(", "));
-        }
+    let Ok(tools) = installed.inspect_err(|e| eprintln!("error: setup: {e:#}")) else {
+        failed.borrow_mut().push("setup");
+        bail!("failed: {}", failed.borrow().join(", "));
     };
     check("test", true, &|| workspace_tests(&tools, &args.test_args));
     check("web", true, &|| {
