@@ -103,7 +103,6 @@ pub struct Tools {
     pub path: OsString,
 }
 
-/// `cargo xtask deploy`.
 pub fn run(args: Args) -> Result {
     setup::ensure(&[Need::Python])?;
     let venv_bin = setup::python_tools()?;

@@ -17,7 +17,6 @@ use crate::setup::{Need, Tools};
 use crate::util::{self, bail, info, step, CmdExt, Result};
 use crate::{browser, dev, package, setup, signal, stress};
 
-/// `cargo xtask test`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Skip `cargo fmt --check`, clippy and the guard crate's msrv, features, doc and package
