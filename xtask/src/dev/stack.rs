@@ -231,7 +231,7 @@ impl DevStack {
             user("OPENAI_API_KEY").is_some() || user("OPENAI_API_KEY_PARAM").is_some();
         let (page, second, realtime) = (util::free_port()?, util::free_port()?, util::free_port()?);
         let log_path = logs.join("web.log");
-        let log = fs::File::create(&log_path)?;
+        let out = fs::File::create(&log_path)?;
         let ports = format!("--port {page} --second-port {second} --realtime-port {realtime}");
         let mut cmd = Command::new("node");
         cmd.arg(util::workspace_root().join("web/dev/server.cjs"))
@@ -239,16 +239,15 @@ impl DevStack {
             .args(["--functions", functions])
             .env("NODE_PATH", &tools.web_modules)
             .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+            .stdout(out.try_clone()?)
+            .stderr(out);
         // The page's config.json names the Realtime origin it sends the secrets to: OpenAI when
         // the functions mint real secrets, else the stand-in (the server's default).
         if real_openai {
             cmd.args(["--realtime-origin", OPENAI]);
         }
-        let tree = self
-            .web
-            .insert(processes::spawn("web dev server", &mut cmd)?);
+        let tree = processes::spawn("web dev server", &mut cmd)?;
+        let tree = self.web.insert(tree);
         let control = format!("http://127.0.0.1:{page}/_dev/log");
         let deadline = Instant::now() + WEB_READY_TIMEOUT;
         let ready = util::poll(deadline, Duration::from_millis(100), || {
@@ -256,11 +255,9 @@ impl DevStack {
             let answer = util::request("GET", &control, &[], None, PROBE_TIMEOUT);
             Ok(answer.is_ok_and(|r| r.status == 200).then_some(()))
         })?;
+        let log = log_path.display();
         if ready.is_none() {
-            bail!(
-                "the web dev server did not answer (log: {})",
-                log_path.display()
-            );
+            bail!("the web dev server did not answer (log: {log})");
         }
         let realtime_url = match real_openai {
             true => OPENAI.to_string(),
@@ -271,11 +268,7 @@ impl DevStack {
             second_url: format!("http://127.0.0.1:{second}/"),
             realtime_url,
         };
-        info(format!(
-            "page at {} (log: {})",
-            self.info.web_url,
-            log_path.display()
-        ));
+        info(format!("page at {} (log: {log})", self.info.web_url));
         // The page's second origin may call the API (a cross-origin app); `localhost` for the
         // same port is another origin, and is not listed.
         let second = self.info.web.second_url.trim_end_matches('/');
