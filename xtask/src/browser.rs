@@ -16,8 +16,9 @@ use crate::util::{self, info, step, CmdExt, Result};
 
 /// What the browser tests' stack changes: a small `ip` limit for the session function (the third
 /// session within an hour is refused; sliding, so a test that runs across the top of the hour,
-/// when a fixed window would start counting again, still sees the units it spent), a block cache and kill-switch cache of 0 (each test's reset
-/// and flip apply at once), and a short upstream cooldown (the page's 503 waits stay short).
+/// when a fixed window would start counting again, still sees the units it spent), a block
+/// cache and kill-switch cache of 0 (each test's reset and flip apply at once), and a short
+/// upstream cooldown (the page's 503 waits stay short).
 const SESSION_LIMITS: &str = "ip=2/1h:sliding,global=1000/1d";
 const STACK_ENV: &[(&str, &str)] = &[
     ("RATE_LIMIT_BLOCK_CACHE_SECONDS", "0"),
@@ -29,11 +30,8 @@ const STACK_ENV: &[(&str, &str)] = &[
 pub fn unit(tools: &Tools) -> Result {
     let web = util::workspace_root().join("web");
     let tsc = tools.web_modules.join("typescript/bin/tsc");
-    Command::new("node")
-        .arg(&tsc)
-        .arg("-p")
-        .arg(web.join("tsconfig.json"))
-        .run()?;
+    let config = web.join("tsconfig.json");
+    Command::new("node").arg(&tsc).arg("-p").arg(config).run()?;
     Command::new("node")
         .arg("--test")
         .arg(web.join("test"))
@@ -45,15 +43,9 @@ pub fn unit(tools: &Tools) -> Result {
 pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
     let chromium = setup::chromium()?;
     let cli = dev::build_cli()?;
-    let limits = (
-        tollgate_catalog::EPHEMERAL_KEY.limits_variable,
-        SESSION_LIMITS,
-    );
-    let mut env: Vec<_> = STACK_ENV
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    env.push((limits.0.to_string(), limits.1.to_string()));
+    let limits = tollgate_catalog::EPHEMERAL_KEY.limits_variable;
+    let vars = STACK_ENV.iter().copied().chain([(limits, SESSION_LIMITS)]);
+    let env = vars.map(|(k, v)| (k.to_string(), v.to_string())).collect();
     dev::with_private_stack(tools, "browser", env, |stack| {
         let mut cmd = Command::new("node");
         cmd.args(["--test", "--test-concurrency=1"])
@@ -63,7 +55,7 @@ pub fn browser(tools: &Tools, screenshots: Option<&Path>) -> Result {
             .env("TOLLGATE_STACK_FILE", &stack.stack_file)
             .env("TOLLGATE_CLI", &cli)
             // The CLI resolves a layer's limit from the same variable the function reads.
-            .env(limits.0, limits.1);
+            .env(limits, SESSION_LIMITS);
         if let Some(dir) = screenshots {
             fs::create_dir_all(dir)?;
             cmd.env("SCREENSHOT_DIR", dir);

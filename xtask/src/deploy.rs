@@ -103,7 +103,6 @@ pub struct Tools {
     pub path: OsString,
 }
 
-/// `cargo xtask deploy`.
 pub fn run(args: Args) -> Result {
     setup::ensure(&[Need::Python])?;
     let venv_bin = setup::python_tools()?;
@@ -187,11 +186,7 @@ fn choose(
     before: Option<Deployed>,
     answers: Option<impl BufRead>,
 ) -> Result<Deployed> {
-    let ask = if before.is_none() || args.guided {
-        answers
-    } else {
-        None
-    };
+    let ask = answers.filter(|_| before.is_none() || args.guided);
     let mut d = before.unwrap_or_default();
     d.outputs.clear();
     d.profile = args.profile.clone().or(d.profile);
@@ -213,12 +208,8 @@ fn choose(
     let region = args.region.clone().or(recorded(&d.region));
     // The profile's region, if it has one: asked only when no region is known, so the call
     // names none.
-    let call = Call {
-        tools,
-        d: &d,
-        root: Path::new("."),
-    };
-    let mut get = call.aws("configure get region");
+    let root = Path::new(".");
+    let mut get = Call { tools, d: &d, root }.aws("configure get region");
     let profile_region = || get.stderr(Stdio::null()).read().ok();
     let region = region.or_else(profile_region).unwrap_or_default();
     d.region = region.trim().to_string();
@@ -296,12 +287,8 @@ fn check_parameters(call: &Call) -> Result<Option<String>> {
             missing.join("\n")
         );
     }
-    if call
-        .d
-        .parameters
-        .get("Frontend")
-        .is_some_and(|f| f != "cloudfront")
-    {
+    let frontend = call.d.parameters.get("Frontend");
+    if frontend.is_some_and(|f| f != "cloudfront") {
         return Ok(None);
     }
     let origin = &names[2];
@@ -349,10 +336,8 @@ fn upload_page(call: &Call, bucket: &str) -> Result {
     cp.args(options.split(' ')).run()?;
     if let Some(id) = call.d.outputs.get("DistributionId") {
         let mut invalidate = call.aws("cloudfront create-invalidation --paths /* --output json");
-        invalidate
-            .args(["--distribution-id", id])
-            .stdout(Stdio::null())
-            .run()?;
+        invalidate.args(["--distribution-id", id]);
+        invalidate.stdout(Stdio::null()).run()?;
         info(format!("invalidated /* on distribution {id}"));
     }
     Ok(())
@@ -454,14 +439,9 @@ while [ $# -gt 0 ]; do
 done"#
             ),
         );
-        let path = std::env::join_paths([w.bin(), "/usr/bin".into(), "/bin".into()]);
+        let path = std::env::join_paths([w.bin(), "/usr/bin".into(), "/bin".into()]).unwrap();
         let (sam, aws) = (w.bin().join("sam"), w.bin().join("aws"));
-        let tools = Tools {
-            sam,
-            aws,
-            path: path.unwrap(),
-        };
-        (w, tools)
+        (w, Tools { sam, aws, path })
     }
 
     fn record(w: &StandIn) -> Deployed {
@@ -530,11 +510,8 @@ done"#
         assert_eq!(w.read("uploaded-config.json"), CLOUDFRONT_OUTPUTS[4].1);
         let r = record(&w);
         assert_eq!((&*r.stack_name, &*r.region), ("mystack", "us-test-1"));
-        let table = &r.outputs["ClientsTableName"];
-        assert_eq!(
-            (&*r.parameters["AlarmEmail"], &**table),
-            ("ops@example.com", "mystack-ClientsTable-1")
-        );
+        assert_eq!(r.parameters["AlarmEmail"], "ops@example.com");
+        assert_eq!(r.outputs["ClientsTableName"], "mystack-ClientsTable-1");
         assert!(!w.read(RECORD).contains(SECRET));
     }
 
@@ -558,11 +535,8 @@ done"#
             !err.contains("openai-api-key"),
             "only the missing one is named: {err}"
         );
-        assert!(
-            !w.calls().iter().any(|c| c.starts_with("sam")),
-            "{:#?}",
-            w.calls()
-        );
+        let calls = w.calls();
+        assert!(!calls.iter().any(|c| c.starts_with("sam")), "{calls:#?}");
         assert!(!w.dir.join(RECORD).exists());
     }
 

@@ -54,11 +54,8 @@ impl Dist {
 
     /// The DynamoDB Local version the jar reports (e.g. `3.3.1`).
     pub fn version(&self) -> Result<String> {
-        let out = Command::new(setup::java())
-            .arg("-jar")
-            .arg(&self.jar)
-            .arg("-version")
-            .output()?;
+        let mut java = Command::new(setup::java());
+        let out = java.arg("-jar").arg(&self.jar).arg("-version").output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         Ok(text.trim().lines().last().unwrap_or_default().to_string())
     }
@@ -136,17 +133,15 @@ pub fn start(
             Some(Err(exited)) => exited,
             None => format!("did not answer within {}s", READY_TIMEOUT.as_secs()),
         };
-        // A Java older than DynamoDB Local's class files.
-        let old_java = text.contains("UnsupportedClassVersion");
+        let hint = match text.contains("UnsupportedClassVersion") {
+            // A Java older than DynamoDB Local's class files.
+            true => format!("\n{JAVA_HINT}"),
+            false => String::new(),
+        };
         bail!(
-            "DynamoDB Local {failure} (port {port}); last lines of {}:\n{}{}",
+            "DynamoDB Local {failure} (port {port}); last lines of {}:\n{}{hint}",
             log.display(),
-            util::tail(log, 20),
-            if old_java {
-                format!("\n{JAVA_HINT}")
-            } else {
-                String::new()
-            }
+            util::tail(log, 20)
         );
     }
     unreachable!("the last attempt returns")
@@ -226,11 +221,8 @@ pub fn run(args: Args) -> Result {
     step("dynamodb-local");
     let log = util::cache_dir()?.join("logs/dynamodb-local.log");
     let mut ddb = start(&dist, &storage, args.port, &log)?;
-    info(format!(
-        "{} ({storage}), log: {}",
-        ddb.endpoint,
-        ddb.log.display()
-    ));
+    let (endpoint, log) = (&ddb.endpoint, ddb.log.display());
+    info(format!("{endpoint} ({storage}), log: {log}"));
     info("Ctrl-C to stop");
     println!("DYNAMODB_ENDPOINT={}", ddb.endpoint);
     while !signal::received() {

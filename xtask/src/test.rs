@@ -17,7 +17,6 @@ use crate::setup::{Need, Tools};
 use crate::util::{self, bail, info, step, CmdExt, Result};
 use crate::{browser, dev, package, setup, signal, stress};
 
-/// `cargo xtask test`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Skip `cargo fmt --check`, clippy and the guard crate's msrv, features, doc and package
@@ -36,7 +35,7 @@ pub struct Args {
     /// Skip the short drills
     #[arg(long)]
     no_drill: bool,
-    /// Arguments for `cargo test --workspace`
+    /// Arguments for `cargo test` (`--workspace` unless they name a package with `-p`)
     #[arg(last = true, value_name = "CARGO TEST ARGS")]
     test_args: Vec<String>,
 }
@@ -102,13 +101,9 @@ pub fn run(args: Args) -> Result {
     // Every step from here on needs the tools: without them the run ends with what failed.
     let installed = setup.join();
     let installed = installed.unwrap_or_else(|_| bail!("the installing thread panicked"));
-    let tools: Tools = match installed {
-        Ok(tools) => tools,
-        Err(e) => {
-            eprintln!("error: setup: {e:#}");
-            failed.borrow_mut().push("setup");
-            bail!("failed: {}", failed.borrow().join(", "));
-        }
+    let Ok(tools) = installed.inspect_err(|e| eprintln!("error: setup: {e:#}")) else {
+        failed.borrow_mut().push("setup");
+        bail!("failed: {}", failed.borrow().join(", "));
     };
     check("test", true, &|| workspace_tests(&tools, &args.test_args));
     check("web", true, &|| {
@@ -139,9 +134,9 @@ pub fn run(args: Args) -> Result {
     Ok(())
 }
 
-/// `cargo test --workspace <args>` against a DynamoDB Local of its own: in memory and on a
-/// fresh port, so every run starts from empty tables and cannot collide with a
-/// `cargo xtask dynamodb` left running.
+/// `cargo test <args>` against a DynamoDB Local of its own: in memory and on a fresh port, so
+/// every run starts from empty tables and cannot collide with a `cargo xtask dynamodb` left
+/// running. `--workspace` unless `args` name a package: with it, `-p` would narrow nothing.
 fn workspace_tests(tools: &Tools, args: &[String]) -> Result {
     step("dynamodb-local");
     let log = util::cache_dir()?.join("logs/dynamodb-local-test.log");
@@ -149,13 +144,30 @@ fn workspace_tests(tools: &Tools, args: &[String]) -> Result {
     info(format!("{} (log: {})", ddb.endpoint, ddb.log.display()));
     step("test");
     let mut cmd = util::cargo();
-    cmd.args(["test", "--workspace"]).args(args);
+    cmd.arg("test");
+    if !names_package(args) {
+        cmd.arg("--workspace");
+    }
+    cmd.args(args);
+    // The integration tests mostly wait (DynamoDB Local, the fault proxy's delays, real
+    // windows), and libtest runs one thread per core: 2 here. Under load 227 integration tests
+    // took 357 s with 2 threads and 83 s with 8. A `RUST_TEST_THREADS` of the user's wins.
+    if std::env::var_os("RUST_TEST_THREADS").is_none() {
+        cmd.env("RUST_TEST_THREADS", "8");
+    }
     // Real credentials from the environment or ~/.aws are never sent anywhere.
     util::local_aws(&mut cmd, &ddb.endpoint);
     // Tests shell out to cargo-lambda and cfn-lint from the venv.
     let result = cmd.env("PATH", util::path_with(&tools.venv_bin)?).run();
     step("dynamodb-local: stop");
     result
+}
+
+/// Whether cargo's own arguments (those before a `--`) name a package: `-p X`, `-pX`,
+/// `--package X`, `--package=X`.
+fn names_package(args: &[String]) -> bool {
+    let mut own = args.iter().take_while(|a| *a != "--");
+    own.any(|a| a.starts_with("-p") || a.starts_with("--package"))
 }
 
 /// The end-to-end tests (`tests/e2e`) against a private stack ([`dev::with_private_stack`]).
@@ -165,4 +177,19 @@ fn end_to_end(tools: &Tools) -> Result {
         cmd.args("test -p tollgate-tests --test e2e -- --ignored".split(' '));
         cmd.env("TOLLGATE_STACK_FILE", &stack.stack_file).run()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_package_drops_workspace() {
+        let names =
+            |args: &str| names_package(&args.split(' ').map(String::from).collect::<Vec<_>>());
+        assert!(names("-p tollgate-tests --test integration transfer::"));
+        assert!(names("--package=xtask") && names("-pxtask") && names("--package xtask"));
+        assert!(!names("--test integration transfer::"));
+        assert!(!names("-- -p"), "a test binary's argument names no package");
+    }
 }

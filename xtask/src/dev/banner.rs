@@ -72,27 +72,19 @@ mod tests {
         };
         let (session, transfer) = (catalog::EPHEMERAL_KEY, catalog::TRANSFER);
         let text = banner(&stack).unwrap();
+        let has = |part: &str| assert!(text.contains(part), "{part:?} not in {text}");
         assert!(!text.contains("{{"), "{text}");
-        assert!(text.contains("-H 'Authorization: Bearer tok en'"), "{text}");
-        assert!(
-            text.contains(r#"-d '{"amount":2500,"from":"acc_1","memo":"demo","to":"acc_2"}'"#),
-            "{text}"
-        );
-        assert!(text.contains("-H 'X-Internal-Token: dev-1'"), "{text}");
+        has("-H 'Authorization: Bearer tok en'");
+        has(r#"-d '{"amount":2500,"from":"acc_1","memo":"demo","to":"acc_2"}'"#);
+        has("-H 'X-Internal-Token: dev-1'");
         let name = session.name;
-        let disable = format!(r#"-d '{{"function":"{name}","enabled":false}}'"#);
-        assert!(text.contains(&disable), "{text}");
-        assert!(
-            text.contains(&format!("kill-switch off --function {name}\n")),
-            "{text}"
-        );
+        has(&format!(r#"-d '{{"function":"{name}","enabled":false}}'"#));
+        has(&format!("kill-switch off --function {name}\n"));
         let limits = user(session.limits_variable).unwrap_or(session.default_limits.into());
         let (route, variable) = (session.route, session.limits_variable);
-        let limited = format!("\n{route} is limited to {limits} ({variable}), ");
-        assert!(text.contains(&limited), "{text}");
+        has(&format!("\n{route} is limited to {limits} ({variable}), "));
         let label = format!("{:<16}", format!("{}:", transfer.name));
-        let line = format!("\n{label}http://127.0.0.1:9/lambda-url/t\n");
-        assert!(text.contains(&line), "{text}");
-        assert!(text.contains("source /s/env "), "{text}");
+        has(&format!("\n{label}http://127.0.0.1:9/lambda-url/t\n"));
+        has("source /s/env ");
     }
 }

@@ -19,11 +19,8 @@ pub struct Echo {
 
 impl Echo {
     pub fn open(log: &Path) -> Result<Echo> {
-        let offset = fs::metadata(log)?.len();
-        Ok(Echo {
-            log: log.into(),
-            offset,
-        })
+        let (log, offset) = (log.into(), fs::metadata(log)?.len());
+        Ok(Echo { log, offset })
     }
 
     /// Shows the whole lines written since the last call.
@@ -33,17 +30,14 @@ impl Echo {
             file.seek(SeekFrom::Start(self.offset))?;
             file.read_to_end(&mut text)
         });
-        let whole = text
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |end| end + 1);
+        let end = text.iter().rposition(|&b| b == b'\n');
+        let whole = end.map_or(0, |end| end + 1);
         if read.is_ok() && whole > 0 {
             self.offset += whole as u64;
             let lines = String::from_utf8_lossy(&text[..whole]);
-            lines
-                .lines()
-                .filter_map(echo_worthy)
-                .for_each(|l| eprintln!("{l}"));
+            for line in lines.lines().filter_map(echo_worthy) {
+                eprintln!("{line}");
+            }
         }
     }
 }
@@ -79,14 +73,10 @@ mod tests {
 
     #[test]
     fn echo_drops_cargo_lambda_bookkeeping() {
-        assert_eq!(
-            echo_worthy(r#"{"level":"INFO","message":"kill switch on"}"#).as_deref(),
-            Some(r#"{"level":"INFO","message":"kill switch on"}"#)
-        );
-        assert_eq!(
-            echo_worthy(" INFO action constructed action=Action { events: [] }"),
-            None
-        );
+        let line = r#"{"level":"INFO","message":"kill switch on"}"#;
+        assert_eq!(echo_worthy(line).as_deref(), Some(line));
+        let noise = " INFO action constructed action=Action { events: [] }";
+        assert_eq!(echo_worthy(noise), None);
         assert!(echo_worthy(&"é".repeat(300)).unwrap().ends_with('…'));
     }
 }

@@ -65,7 +65,6 @@ pub struct Args {
     no_reload: bool,
 }
 
-/// `cargo xtask dev`.
 pub fn run(args: Args) -> Result {
     let storage = match args.persist {
         Some(dir) => Storage::Dir(std::path::absolute(dir)?),

@@ -107,10 +107,7 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
     signal::install();
     fs::create_dir_all(&opts.state_dir)?;
     let state_dir = std::path::absolute(&opts.state_dir)?;
-    let lock = match lock {
-        Some(lock) => lock,
-        None => self::lock(&state_dir)?,
-    };
+    let lock = lock.map_or_else(|| self::lock(&state_dir), Ok)?;
     // We hold the lock, so any stack file here describes a stack that is gone.
     let stack_file = state_dir.join("stack.json");
     let _ = fs::remove_file(&stack_file);
@@ -125,19 +122,15 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
     // cargo-lambda's own port: only the front talks to it. The front's port is the published
     // one (0: the OS picks one as the front binds it).
     let lambda_port = util::free_port()?;
-    let front = Front::start(
-        opts.invoke_port.unwrap_or(0),
-        &format!("http://127.0.0.1:{lambda_port}"),
-    )?;
-    let front_url = front.url();
-    stack.front = Some(front);
+    let lambda = format!("http://127.0.0.1:{lambda_port}");
+    let front = Front::start(opts.invoke_port.unwrap_or(0), &lambda)?;
+    let front_url = stack.front.insert(front).url();
 
     step("dynamodb-local");
     let ddb_log = logs.join("dynamodb-local.log");
     let ddb = dynamodb_local::start(&tools.dynamodb_local, &opts.storage, None, &ddb_log)?;
     info(format!("{} ({})", ddb.endpoint, opts.storage));
-    stack.info.dynamodb_endpoint = ddb.endpoint.clone();
-    stack.ddb = Some(ddb);
+    stack.info.dynamodb_endpoint = stack.ddb.insert(ddb).endpoint.clone();
     interrupted()?;
 
     step("build");
@@ -177,74 +170,126 @@ pub fn start(tools: &Tools, opts: &Options, lock: Option<Lock>) -> Result<DevSta
     stack.info.demo = demo;
 
     step("page and openai");
-    let real_openai = user("OPENAI_API_KEY").is_some() || user("OPENAI_API_KEY_PARAM").is_some();
-    stack.web = Some(start_web(
-        tools,
-        &front_url,
-        real_openai,
-        &logs,
-        &mut stack.info,
-    )?);
-    // The page's second origin may call the API (a cross-origin app); `localhost` for the
-    // same port is another origin, and is not listed.
-    env.unless_set(
-        "CORS_ALLOWED_ORIGINS",
-        stack.info.web.second_url.trim_end_matches('/'),
-    );
-    if real_openai {
-        info(format!(
-            "OPENAI_API_KEY is set: client secrets come from {} with your key (from OpenAI they are real, and billed)",
-            env.get("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI.into())
-        ));
-    } else {
-        let url = stack.info.web.realtime_url.clone();
-        env.set("OPENAI_BASE_URL", &url);
-        env.set("OPENAI_API_KEY", STAND_IN_API_KEY);
-        info(format!(
-            "OPENAI_API_KEY is not set: client secrets are FAKE (ek_local_…) and WebRTC calls end at a local peer that echoes your microphone, both from a stand-in at {url}"
-        ));
-        stack.info.openai_stand_in = true;
-    }
+    stack.start_web(tools, &front_url, &logs, &mut env)?;
 
     step("functions");
-    let log = fs::File::create(&stack.functions_log)?;
-    let mut cmd = Command::new(tools.venv_bin.join("cargo-lambda"));
-    cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
-        .args(["--invoke-port", &lambda_port.to_string()])
-        // No CORS layer of its own: a browser sees the functions' CORS, as on a function URL.
-        .arg("--disable-cors");
-    if !opts.reload {
-        cmd.arg("--ignore-changes");
-    }
-    env.apply(&mut cmd);
-    cmd.envs(opts.function_env.iter().cloned())
-        .current_dir(util::workspace_root())
-        .env("PATH", util::path_with(&tools.venv_bin)?)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    stack.functions = Some(processes::spawn("cargo lambda watch", &mut cmd)?);
-    let reloading = if opts.reload {
-        ", reloading on code changes"
-    } else {
-        ""
-    };
-    info(format!(
-        "cargo lambda watch on 127.0.0.1:{lambda_port}{reloading}, behind the front at {front_url}, which joins repeated header fields as API Gateway does (log: {})",
-        stack.functions_log.display()
-    ));
+    stack.start_functions(tools, opts, &env, lambda_port, &front_url)?;
     stack.wait_ready()?;
 
-    write_private(
-        &stack.stack_file,
-        &serde_json::to_string_pretty(&stack.info)?,
-    )?;
+    let json = serde_json::to_string_pretty(&stack.info)?;
+    write_private(&stack.stack_file, &json)?;
     let shell = stack.info.to_shell(&stack.stack_file);
     write_private(&env_file(&stack.stack_file), &shell)?;
     Ok(stack)
 }
 
 impl DevStack {
+    /// Starts both functions under one `cargo lambda watch` on `lambda_port`, behind the front
+    /// at `front_url`, with `env` and the options' own variables.
+    fn start_functions(
+        &mut self,
+        tools: &Tools,
+        opts: &Options,
+        env: &Env,
+        lambda_port: u16,
+        front_url: &str,
+    ) -> Result {
+        let log = fs::File::create(&self.functions_log)?;
+        let mut cmd = Command::new(tools.venv_bin.join("cargo-lambda"));
+        cmd.args(["lambda", "watch", "--invoke-address", "127.0.0.1"])
+            .args(["--invoke-port", &lambda_port.to_string()])
+            // No CORS layer of its own: a browser sees the functions' CORS, as on a function URL.
+            .arg("--disable-cors");
+        if !opts.reload {
+            cmd.arg("--ignore-changes");
+        }
+        env.apply(&mut cmd);
+        cmd.envs(opts.function_env.iter().cloned())
+            .current_dir(util::workspace_root())
+            .env("PATH", util::path_with(&tools.venv_bin)?)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        self.functions = Some(processes::spawn("cargo lambda watch", &mut cmd)?);
+        let reloading = match opts.reload {
+            true => ", reloading on code changes",
+            false => "",
+        };
+        info(format!(
+            "cargo lambda watch on 127.0.0.1:{lambda_port}{reloading}, behind the front at {front_url}, which joins repeated header fields as API Gateway does (log: {})",
+            self.functions_log.display()
+        ));
+        Ok(())
+    }
+
+    /// Starts `web/dev/server.cjs` on free ports: the page with `/api` proxied to the functions
+    /// through the front at `functions`, the page again on a second origin, and the OpenAI
+    /// stand-in (used unless the user set an OpenAI key). Returns once the page answers, with
+    /// its URLs written into the stack file's fields and the functions' `env` pointed at them.
+    fn start_web(&mut self, tools: &Tools, functions: &str, logs: &Path, env: &mut Env) -> Result {
+        let real_openai =
+            user("OPENAI_API_KEY").is_some() || user("OPENAI_API_KEY_PARAM").is_some();
+        let (page, second, realtime) = (util::free_port()?, util::free_port()?, util::free_port()?);
+        let log_path = logs.join("web.log");
+        let out = fs::File::create(&log_path)?;
+        let ports = format!("--port {page} --second-port {second} --realtime-port {realtime}");
+        let mut cmd = Command::new("node");
+        cmd.arg(util::workspace_root().join("web/dev/server.cjs"))
+            .args(ports.split(' '))
+            .args(["--functions", functions])
+            .env("NODE_PATH", &tools.web_modules)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out);
+        // The page's config.json names the Realtime origin it sends the secrets to: OpenAI when
+        // the functions mint real secrets, else the stand-in (the server's default).
+        if real_openai {
+            cmd.args(["--realtime-origin", OPENAI]);
+        }
+        let tree = processes::spawn("web dev server", &mut cmd)?;
+        let tree = self.web.insert(tree);
+        let control = format!("http://127.0.0.1:{page}/_dev/log");
+        let deadline = Instant::now() + WEB_READY_TIMEOUT;
+        let ready = util::poll(deadline, Duration::from_millis(100), || {
+            tree.check_alive(&log_path)?;
+            let answer = util::request("GET", &control, &[], None, PROBE_TIMEOUT);
+            Ok(answer.is_ok_and(|r| r.status == 200).then_some(()))
+        })?;
+        let log = log_path.display();
+        if ready.is_none() {
+            bail!("the web dev server did not answer (log: {log})");
+        }
+        let realtime_url = match real_openai {
+            true => OPENAI.to_string(),
+            false => format!("http://127.0.0.1:{realtime}"),
+        };
+        self.info.web_url = format!("http://127.0.0.1:{page}/");
+        self.info.web = Web {
+            second_url: format!("http://127.0.0.1:{second}/"),
+            realtime_url,
+        };
+        info(format!("page at {} (log: {log})", self.info.web_url));
+        // The page's second origin may call the API (a cross-origin app); `localhost` for the
+        // same port is another origin, and is not listed.
+        let second = self.info.web.second_url.trim_end_matches('/');
+        env.unless_set("CORS_ALLOWED_ORIGINS", second);
+        if real_openai {
+            info(format!(
+                "OPENAI_API_KEY is set: client secrets come from {} with your key (from OpenAI they are real, and billed)",
+                env.get("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI.into())
+            ));
+        } else {
+            let url = &self.info.web.realtime_url;
+            env.set("OPENAI_BASE_URL", url);
+            env.set("OPENAI_API_KEY", STAND_IN_API_KEY);
+            info(format!(
+                "OPENAI_API_KEY is not set: client secrets are FAKE (ek_local_…) and WebRTC calls end at a local peer that echoes your microphone, both from a stand-in at {url}"
+            ));
+            self.info.openai_stand_in = true;
+        }
+        Ok(())
+    }
+
     /// Probes each function until it answers. The transfer function is asked for the demo
     /// payer's balance (proves tables, seed and token); the session function for a session with
     /// the internal token when the stand-in runs (proves the upstream path, costs no `ip`
@@ -427,74 +472,6 @@ impl StackFile {
         let head = "# Written by `cargo xtask dev`; removed when it stops.\n";
         std::iter::once(head.to_string()).chain(exports).collect()
     }
-}
-
-/// Starts `web/dev/server.cjs` on free ports: the page with `/api` proxied to the functions
-/// through the front at `functions`, the page again on a second origin, and the OpenAI
-/// stand-in (used unless `real_openai`). Returns once the page answers, with its URLs written
-/// into `info`.
-fn start_web(
-    tools: &Tools,
-    functions: &str,
-    real_openai: bool,
-    logs: &Path,
-    info: &mut StackFile,
-) -> Result<processes::Tree> {
-    let (page, second, realtime) = (util::free_port()?, util::free_port()?, util::free_port()?);
-    let log_path = logs.join("web.log");
-    let log = fs::File::create(&log_path)?;
-    let mut cmd = Command::new("node");
-    cmd.arg(util::workspace_root().join("web/dev/server.cjs"))
-        .args([
-            "--port",
-            &page.to_string(),
-            "--second-port",
-            &second.to_string(),
-        ])
-        .args([
-            "--realtime-port",
-            &realtime.to_string(),
-            "--functions",
-            functions,
-        ])
-        .env("NODE_PATH", &tools.web_modules)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // The page's config.json names the Realtime origin it sends the secrets to: OpenAI when the
-    // functions mint real secrets, else the stand-in (the server's default).
-    if real_openai {
-        cmd.args(["--realtime-origin", OPENAI]);
-    }
-    let mut tree = processes::spawn("web dev server", &mut cmd)?;
-    let control = format!("http://127.0.0.1:{page}/_dev/log");
-    let deadline = Instant::now() + WEB_READY_TIMEOUT;
-    let ready = util::poll(deadline, Duration::from_millis(100), || {
-        tree.check_alive(&log_path)?;
-        let answer = util::request("GET", &control, &[], None, PROBE_TIMEOUT);
-        Ok(answer.is_ok_and(|r| r.status == 200).then_some(()))
-    })?;
-    if ready.is_none() {
-        bail!(
-            "the web dev server did not answer (log: {})",
-            log_path.display()
-        );
-    }
-    let realtime_url = match real_openai {
-        true => OPENAI.to_string(),
-        false => format!("http://127.0.0.1:{realtime}"),
-    };
-    info.web_url = format!("http://127.0.0.1:{page}/");
-    info.web = Web {
-        second_url: format!("http://127.0.0.1:{second}/"),
-        realtime_url,
-    };
-    util::info(format!(
-        "page at {} (log: {})",
-        info.web_url,
-        log_path.display()
-    ));
-    Ok(tree)
 }
 
 #[cfg(test)]
