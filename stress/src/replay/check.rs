@@ -278,16 +278,8 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
                 .exchanges
                 .iter()
                 .filter(|e| e.body == b)
-                .filter_map(|e| match &e.outcome {
-                    Outcome::Answer {
-                        status,
-                        replayed,
-                        location,
-                        body,
-                        ..
-                    } if STORED.contains(status) => Some((*status, *replayed, location, body)),
-                    _ => None,
-                })
+                .filter_map(|e| e.outcome.answer())
+                .filter(|a| STORED.contains(&a.0))
                 .collect();
             if answers.len() > 1 {
                 replays.checked += answers.len() - 1;
@@ -324,12 +316,13 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             acknowledged += 1;
             acked.checked += 1;
             let body = &l.bodies[b];
-            let first_201 = log.exchanges.iter().find_map(|e| match &e.outcome {
-                Outcome::Answer {
-                    status: 201, body, ..
-                } if e.body == b => serde_json::from_slice::<serde_json::Value>(body).ok(),
-                _ => None,
-            });
+            let first_201 = log
+                .exchanges
+                .iter()
+                .filter(|e| e.body == b)
+                .filter_map(|e| e.outcome.answer())
+                .filter(|a| a.0 == 201)
+                .find_map(|a| serde_json::from_slice::<serde_json::Value>(a.3).ok());
             let id = first_201
                 .as_ref()
                 .and_then(|v| v["transfer_id"].as_str())
@@ -402,16 +395,7 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             let answers: Vec<_> = log
                 .exchanges
                 .iter()
-                .filter_map(|e| match &e.outcome {
-                    Outcome::Answer {
-                        status,
-                        replayed,
-                        location,
-                        body,
-                        ..
-                    } => Some((*status, *replayed, location, body)),
-                    Outcome::Lost(_) => None,
-                })
+                .filter_map(|e| e.outcome.answer())
                 .collect();
             let first = answers.first();
             let refused_at = answers.iter().position(|a| a.0 == 429);
@@ -453,10 +437,9 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             let seen: Vec<&Vec<u8>> = log
                 .exchanges
                 .iter()
-                .filter_map(|e| match &e.outcome {
-                    Outcome::Answer { status, body, .. } if STORED.contains(status) => Some(body),
-                    _ => None,
-                })
+                .filter_map(|e| e.outcome.answer())
+                .filter(|a| STORED.contains(&a.0))
+                .map(|a| a.3)
                 .collect();
             stored.checked += 1;
             match (&record, seen.first()) {
@@ -525,13 +508,11 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             continue;
         }
         for e in &log.exchanges {
-            if let Outcome::Answer { status, .. } = &e.outcome {
-                if ADMITTED.contains(status) {
-                    admitted
-                        .entry(log.logical.client)
-                        .or_default()
-                        .push((e.sent_ms, e.answered_ms));
-                }
+            if e.outcome.status().is_some_and(|s| ADMITTED.contains(&s)) {
+                admitted
+                    .entry(log.logical.client)
+                    .or_default()
+                    .push((e.sent_ms, e.answered_ms));
             }
         }
     }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tollgate_tests::dynamo::Tables;
 
 use super::check;
-use super::plan::{Generator, Population, Rng};
+use super::plan::{fork, Generator, Population};
 use super::run::{self, Traffic, FAULT_KINDS, OPERATIONS};
 use super::sequences;
 use super::Options;
@@ -87,7 +87,7 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
     // stores; account `i` is the `i / clients`-th of client `i % clients` (`Population`).
     let setup_started = Instant::now();
     let ddb = &stack.ddb;
-    let mut rng = Rng::fork(o.seed, 0);
+    let mut rng = fork(o.seed, 0);
     let pop = Population::new(&mut rng, o.clients, o.accounts);
     let seeded: Vec<Seeded> = futures::stream::iter(0..o.clients)
         .map(|c| {
