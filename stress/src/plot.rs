@@ -63,13 +63,6 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(120, 120, 120),
 ];
 
-fn error(path: &Path, e: impl std::fmt::Display) -> PlotError {
-    PlotError {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
-}
-
 /// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`.
 pub fn lines(
     path: &Path,
@@ -111,19 +104,23 @@ fn draw(
     let columns = columns.clamp(1, n.max(1));
     let rows = n.div_ceil(columns).max(1);
     let size = (panel_w * columns as u32, PANEL_H * rows as u32 + 40);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| error(path, e))?;
-    }
-    let root = SVGBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| error(path, e))?;
-    let root = root
-        .titled(title, ("sans-serif", 22))
-        .map_err(|e| error(path, e))?;
-    let areas = root.split_evenly((rows, columns));
-    for (i, area) in areas.iter().enumerate().take(n) {
-        panel(area, i).map_err(|e| error(path, e))?;
-    }
-    root.present().map_err(|e| error(path, e))
+    let mut svg = || -> Drawn {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let root = SVGBackend::new(path, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(title, ("sans-serif", 22))?;
+        let areas = root.split_evenly((rows, columns));
+        for (i, area) in areas.iter().enumerate().take(n) {
+            panel(area, i)?;
+        }
+        Ok(root.present()?)
+    };
+    svg().map_err(|e| PlotError {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
 }
 
 fn line_panel(area: &Area<'_>, p: &LinePanel) -> Drawn {
@@ -266,9 +263,8 @@ fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
                 )))?;
                 bottom += value;
             }
-            let total = format!("{}", Rounded(bottom));
             chart.draw_series(std::iter::once(Text::new(
-                total,
+                rounded(bottom),
                 (x + 0.2, bottom + top * 0.06),
                 small.clone(),
             )))?;
@@ -301,15 +297,11 @@ fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
 }
 
 /// A value with the few digits a bar's label needs.
-struct Rounded(f64);
-
-impl std::fmt::Display for Rounded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            v if v == v.round() => write!(f, "{v:.0}"),
-            v if v >= 10.0 => write!(f, "{v:.1}"),
-            v => write!(f, "{v:.2}"),
-        }
+fn rounded(v: f64) -> String {
+    match v {
+        v if v == v.round() => format!("{v:.0}"),
+        v if v >= 10.0 => format!("{v:.1}"),
+        v => format!("{v:.2}"),
     }
 }
 
