@@ -567,29 +567,20 @@ pub async fn kill_processes(
         }
         let pids = transfer.pids();
         let at_request = traffic.sent();
-        if pids.is_empty() {
-            done.push(Kill {
-                at_request,
-                pid: 0,
-                instances: 0,
-                restart: Err("no transfer process was running".into()),
-            });
-            continue;
-        }
-        let pid = pids[rng.usize(..pids.len())];
-        if let Err(e) = transfer.kill(pid).await {
-            done.push(Kill {
-                at_request,
-                pid,
-                instances: pids.len(),
-                restart: Err(e.to_string()),
-            });
-            continue;
-        }
-        let started = Instant::now();
-        let restart = match transfer.spawn_instance().await {
-            Ok(_) => Ok(started.elapsed()),
-            Err(e) => Err(e.to_string()),
+        let pid = match pids.is_empty() {
+            true => 0,
+            false => pids[rng.usize(..pids.len())],
+        };
+        let restart = if pids.is_empty() {
+            Err("no transfer process was running".into())
+        } else if let Err(e) = transfer.kill(pid).await {
+            Err(e.to_string())
+        } else {
+            let started = Instant::now();
+            match transfer.spawn_instance().await {
+                Ok(_) => Ok(started.elapsed()),
+                Err(e) => Err(e.to_string()),
+            }
         };
         done.push(Kill {
             at_request,
