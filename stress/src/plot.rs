@@ -6,7 +6,7 @@
 //! SVG backend writes `<text>`; plotters only estimates its size), so nothing here needs a font
 //! file or a system font library.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -63,25 +63,25 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(120, 120, 120),
 ];
 
-/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`.
+/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`; `path`.
 pub fn lines(
-    path: &Path,
+    path: PathBuf,
     title: &str,
     panels: &[LinePanel],
     columns: usize,
-) -> Result<(), PlotError> {
+) -> Result<PathBuf, PlotError> {
     draw(path, title, panels.len(), columns, PANEL_W, |area, i| {
         line_panel(area, &panels[i])
     })
 }
 
-/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`.
+/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`; `path`.
 pub fn bars(
-    path: &Path,
+    path: PathBuf,
     title: &str,
     panels: &[BarPanel],
     columns: usize,
-) -> Result<(), PlotError> {
+) -> Result<PathBuf, PlotError> {
     // Wide enough for every bar and its group's label.
     let widest = panels.iter().map(slots).fold(0.0, f64::max);
     let panel_w = PANEL_W.max((widest * SLOT_W) as u32 + 120);
@@ -94,13 +94,13 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type Drawn = Result<(), Box<dyn std::error::Error>>;
 
 fn draw(
-    path: &Path,
+    path: PathBuf,
     title: &str,
     n: usize,
     columns: usize,
     panel_w: u32,
     mut panel: impl FnMut(&Area<'_>, usize) -> Drawn,
-) -> Result<(), PlotError> {
+) -> Result<PathBuf, PlotError> {
     let columns = columns.clamp(1, n.max(1));
     let rows = n.div_ceil(columns).max(1);
     let size = (panel_w * columns as u32, PANEL_H * rows as u32 + 40);
@@ -108,7 +108,7 @@ fn draw(
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let root = SVGBackend::new(path, size).into_drawing_area();
+        let root = SVGBackend::new(&path, size).into_drawing_area();
         root.fill(&WHITE)?;
         let root = root.titled(title, ("sans-serif", 22))?;
         let areas = root.split_evenly((rows, columns));
@@ -120,7 +120,8 @@ fn draw(
     svg().map_err(|e| PlotError {
         path: path.display().to_string(),
         message: e.to_string(),
-    })
+    })?;
+    Ok(path)
 }
 
 fn line_panel(area: &Area<'_>, p: &LinePanel) -> Drawn {
@@ -335,7 +336,7 @@ mod tests {
             marks: vec![("limit 5".into(), 5.0)],
             steps: true,
         };
-        lines(&l, "Boundary", &[panel], 1).unwrap();
+        lines(l.clone(), "Boundary", &[panel], 1).unwrap();
         let svg = std::fs::read_to_string(&l).unwrap();
         for text in ["Boundary", "admissions", "fixed", "limit 5"] {
             assert!(svg.contains(text), "{text} missing");
@@ -358,7 +359,7 @@ mod tests {
                 ("duplicate".into(), vec![bar("T", &[("GetItem", 1.0)])]),
             ],
         };
-        bars(&b, "Requests", &[panel], 1).unwrap();
+        bars(b.clone(), "Requests", &[panel], 1).unwrap();
         let svg = std::fs::read_to_string(&b).unwrap();
         for text in ["Requests", "duplicate", "PutItem", "GetItem"] {
             assert!(svg.contains(text), "{text} missing");
