@@ -286,15 +286,12 @@ impl Drop for Pool {
 
 /// What a function URL answers when the function failed.
 fn bad_gateway() -> Response<Bytes> {
-    let mut resp = Response::new(Bytes::from_static(
-        br#"{"Message":"Internal Server Error"}"#,
-    ));
-    *resp.status_mut() = StatusCode::BAD_GATEWAY;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    resp
+    let body = Bytes::from_static(br#"{"Message":"Internal Server Error"}"#);
+    Response::builder()
+        .status(StatusCode::BAD_GATEWAY)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .expect("a valid response")
 }
 
 #[cfg(test)]
