@@ -266,7 +266,11 @@ impl Pool {
             Err(_) => Err(Lost::Timeout(timeout)),
             Ok(Err(_)) => Err(Lost::Stopped(name)),
             Ok(Ok(Reply::Response(body))) => parse(&body),
-            Ok(Ok(Reply::Error(_) | Reply::Crashed(_))) => Ok(bad_gateway()),
+            // What a function URL answers when the function failed.
+            Ok(Ok(Reply::Error(_) | Reply::Crashed(_))) => Ok(super::answer(
+                StatusCode::BAD_GATEWAY,
+                r#"{"Message":"Internal Server Error"}"#,
+            )),
         }
     }
 }
@@ -282,16 +286,6 @@ impl Drop for Pool {
             }
         }
     }
-}
-
-/// What a function URL answers when the function failed.
-fn bad_gateway() -> Response<Bytes> {
-    let body = Bytes::from_static(br#"{"Message":"Internal Server Error"}"#);
-    Response::builder()
-        .status(StatusCode::BAD_GATEWAY)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .expect("a valid response")
 }
 
 #[cfg(test)]
