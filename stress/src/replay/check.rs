@@ -1,6 +1,6 @@
 //! Reconciliation: the log against DynamoDB, read directly (not through the functions).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
@@ -585,23 +585,20 @@ pub fn crowded(mut spans: Vec<(u64, u64)>, limit: usize, window: u64) -> Option<
     worst.map(|span| (limit + 1, span))
 }
 
-/// Statuses of the answers, for the report.
-pub fn status_counts(logs: &[LogicalLog]) -> (BTreeMap<String, usize>, HashSet<usize>) {
+/// Statuses of the answers (with their problem codes), for the report.
+pub fn status_counts(logs: &[LogicalLog]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
-    let mut seen = HashSet::new();
-    for log in logs {
-        for e in &log.exchanges {
-            let k = match &e.outcome {
-                Outcome::Answer { status, code, .. } => {
-                    format!("{status} {}", code.as_deref().unwrap_or(""))
-                }
-                Outcome::Lost(why) => format!("no answer ({})", lost_kind(why)),
-            };
-            *counts.entry(k).or_default() += 1;
-        }
-        seen.insert(log.logical.index);
+    for e in logs.iter().flat_map(|log| &log.exchanges) {
+        let k = match &e.outcome {
+            Outcome::Answer { status, code, .. } => match code {
+                Some(code) => format!("{status} {code}"),
+                None => status.to_string(),
+            },
+            Outcome::Lost(why) => format!("no answer ({})", lost_kind(why)),
+        };
+        *counts.entry(k).or_default() += 1;
     }
-    (counts, seen)
+    counts
 }
 
 fn lost_kind(why: &str) -> &'static str {

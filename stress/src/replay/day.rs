@@ -230,7 +230,6 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
         .map(|c| c.violations.len())
         .sum::<usize>()
         + kill_failures;
-    let (statuses, _) = check::status_counts(&logs);
     let sent = traffic.sent();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for log in &logs {
@@ -258,10 +257,7 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
         long_waits: traffic.long_waits.load(Ordering::Relaxed),
         unknown: findings.unknown,
         unknown_committed: findings.unknown_committed,
-        statuses: statuses
-            .iter()
-            .map(|(k, c)| (k.trim().to_string(), *c))
-            .collect(),
+        statuses: check::status_counts(&logs).into_iter().collect(),
         faults_armed: faults.armed(),
         faults_fired: faults.fired(),
         proxy_fired: proxy.fired(),
