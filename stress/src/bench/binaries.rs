@@ -174,11 +174,9 @@ pub struct FunctionFigures {
 #[derive(Debug, Serialize)]
 pub struct Earlier {
     pub rev: String,
-    pub size_mib: f64,
-    pub init: Quantiles,
-    pub cold_peak_mib: f64,
-    pub warm_peak_mib: f64,
-    pub peak_mib: f64,
+    /// Its figures, under the same names as this build's.
+    #[serde(flatten)]
+    pub figures: Box<FunctionFigures>,
     /// [`greater_p`] of this build's cold inits over the earlier build's, and of the cold
     /// processes' peaks.
     pub init_p: f64,
@@ -196,11 +194,7 @@ impl Earlier {
         let peak_p = greater_p(&mine.cold_peaks_mib, &earlier.cold_peaks_mib);
         Self {
             rev: rev.to_string(),
-            size_mib: earlier.size_mib,
-            init: earlier.init,
-            cold_peak_mib: earlier.cold_peak_mib,
-            warm_peak_mib: earlier.warm_peak_mib,
-            peak_mib: earlier.peak_mib,
+            figures: Box::new(earlier),
             init_p,
             peak_p,
             init_no_worse: init_p >= NO_WORSE_P,
