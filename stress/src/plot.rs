@@ -6,7 +6,7 @@
 //! SVG backend writes `<text>`; plotters only estimates its size), so nothing here needs a font
 //! file or a system font library.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -63,32 +63,25 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(120, 120, 120),
 ];
 
-fn error(path: &Path, e: impl std::fmt::Display) -> PlotError {
-    PlotError {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
-}
-
-/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`.
+/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`; `path`.
 pub fn lines(
-    path: &Path,
+    path: PathBuf,
     title: &str,
     panels: &[LinePanel],
     columns: usize,
-) -> Result<(), PlotError> {
+) -> Result<PathBuf, PlotError> {
     draw(path, title, panels.len(), columns, PANEL_W, |area, i| {
         line_panel(area, &panels[i])
     })
 }
 
-/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`.
+/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`; `path`.
 pub fn bars(
-    path: &Path,
+    path: PathBuf,
     title: &str,
     panels: &[BarPanel],
     columns: usize,
-) -> Result<(), PlotError> {
+) -> Result<PathBuf, PlotError> {
     // Wide enough for every bar and its group's label.
     let widest = panels.iter().map(slots).fold(0.0, f64::max);
     let panel_w = PANEL_W.max((widest * SLOT_W) as u32 + 120);
@@ -101,29 +94,34 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type Drawn = Result<(), Box<dyn std::error::Error>>;
 
 fn draw(
-    path: &Path,
+    path: PathBuf,
     title: &str,
     n: usize,
     columns: usize,
     panel_w: u32,
     mut panel: impl FnMut(&Area<'_>, usize) -> Drawn,
-) -> Result<(), PlotError> {
+) -> Result<PathBuf, PlotError> {
     let columns = columns.clamp(1, n.max(1));
     let rows = n.div_ceil(columns).max(1);
     let size = (panel_w * columns as u32, PANEL_H * rows as u32 + 40);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| error(path, e))?;
-    }
-    let root = SVGBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| error(path, e))?;
-    let root = root
-        .titled(title, ("sans-serif", 22))
-        .map_err(|e| error(path, e))?;
-    let areas = root.split_evenly((rows, columns));
-    for (i, area) in areas.iter().enumerate().take(n) {
-        panel(area, i).map_err(|e| error(path, e))?;
-    }
-    root.present().map_err(|e| error(path, e))
+    let mut svg = || -> Drawn {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let root = SVGBackend::new(&path, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(title, ("sans-serif", 22))?;
+        let areas = root.split_evenly((rows, columns));
+        for (i, area) in areas.iter().enumerate().take(n) {
+            panel(area, i)?;
+        }
+        Ok(root.present()?)
+    };
+    svg().map_err(|e| PlotError {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(path)
 }
 
 fn line_panel(area: &Area<'_>, p: &LinePanel) -> Drawn {
@@ -266,9 +264,8 @@ fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
                 )))?;
                 bottom += value;
             }
-            let total = format!("{}", Rounded(bottom));
             chart.draw_series(std::iter::once(Text::new(
-                total,
+                rounded(bottom),
                 (x + 0.2, bottom + top * 0.06),
                 small.clone(),
             )))?;
@@ -301,15 +298,11 @@ fn bar_panel(area: &Area<'_>, p: &BarPanel) -> Drawn {
 }
 
 /// A value with the few digits a bar's label needs.
-struct Rounded(f64);
-
-impl std::fmt::Display for Rounded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            v if v == v.round() => write!(f, "{v:.0}"),
-            v if v >= 10.0 => write!(f, "{v:.1}"),
-            v => write!(f, "{v:.2}"),
-        }
+fn rounded(v: f64) -> String {
+    match v {
+        v if v == v.round() => format!("{v:.0}"),
+        v if v >= 10.0 => format!("{v:.1}"),
+        v => format!("{v:.2}"),
     }
 }
 
@@ -343,7 +336,7 @@ mod tests {
             marks: vec![("limit 5".into(), 5.0)],
             steps: true,
         };
-        lines(&l, "Boundary", &[panel], 1).unwrap();
+        lines(l.clone(), "Boundary", &[panel], 1).unwrap();
         let svg = std::fs::read_to_string(&l).unwrap();
         for text in ["Boundary", "admissions", "fixed", "limit 5"] {
             assert!(svg.contains(text), "{text} missing");
@@ -366,7 +359,7 @@ mod tests {
                 ("duplicate".into(), vec![bar("T", &[("GetItem", 1.0)])]),
             ],
         };
-        bars(&b, "Requests", &[panel], 1).unwrap();
+        bars(b.clone(), "Requests", &[panel], 1).unwrap();
         let svg = std::fs::read_to_string(&b).unwrap();
         for text in ["Requests", "duplicate", "PutItem", "GetItem"] {
             assert!(svg.contains(text), "{text} missing");

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_TYPE, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -565,16 +565,14 @@ fn dynamo_error(error: &DynamoError, operation: &str, body: &[u8]) -> Answer {
 fn own_response(status: StatusCode, content_type: &'static str, body: String) -> Answer {
     static N: AtomicUsize = AtomicUsize::new(0);
     let request_id = format!("FAULTPROXY{:010}", N.fetch_add(1, Ordering::Relaxed));
-    let mut answer = Response::new(Full::new(Bytes::from(body)));
-    *answer.status_mut() = status;
-    let headers = answer.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(
-        "x-amzn-requestid",
-        HeaderValue::from_str(&request_id).expect("an ASCII request id"),
-    );
+    let mut answer = Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, content_type)
+        .header("x-amzn-requestid", request_id);
     if status == StatusCode::BAD_GATEWAY {
-        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        answer = answer.header(CONNECTION, "close");
     }
     answer
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid response")
 }

@@ -131,13 +131,15 @@ pub struct EarlierBuild {
     pub dir: PathBuf,
 }
 
+/// The event for the `i`-th request of a scenario.
+type Event = Arc<dyn Fn(usize) -> HttpEvent + Send + Sync>;
+
 /// One kind of request and the answer it must get.
 struct Scenario {
     name: &'static str,
     expect: u16,
     replayed: bool,
-    /// The event for the `i`-th request of this scenario.
-    event: Box<dyn Fn(usize) -> HttpEvent + Send + Sync>,
+    event: Event,
 }
 
 /// One function's figures.
@@ -172,11 +174,9 @@ pub struct FunctionFigures {
 #[derive(Debug, Serialize)]
 pub struct Earlier {
     pub rev: String,
-    pub size_mib: f64,
-    pub init: Quantiles,
-    pub cold_peak_mib: f64,
-    pub warm_peak_mib: f64,
-    pub peak_mib: f64,
+    /// Its figures, under the same names as this build's.
+    #[serde(flatten)]
+    pub figures: Box<FunctionFigures>,
     /// [`greater_p`] of this build's cold inits over the earlier build's, and of the cold
     /// processes' peaks.
     pub init_p: f64,
@@ -194,11 +194,7 @@ impl Earlier {
         let peak_p = greater_p(&mine.cold_peaks_mib, &earlier.cold_peaks_mib);
         Self {
             rev: rev.to_string(),
-            size_mib: earlier.size_mib,
-            init: earlier.init,
-            cold_peak_mib: earlier.cold_peak_mib,
-            warm_peak_mib: earlier.warm_peak_mib,
-            peak_mib: earlier.peak_mib,
+            figures: Box::new(earlier),
             init_p,
             peak_p,
             init_no_worse: init_p >= NO_WORSE_P,
@@ -380,7 +376,7 @@ impl Build {
                 name: "`GET /accounts/{id}`",
                 expect: 200,
                 replayed: false,
-                event: Box::new(move |_| HttpEvent::get(&account).header("authorization", &auth)),
+                event: Arc::new(move |_| HttpEvent::get(&account).header("authorization", &auth)),
             },
             not_found(),
         ];
@@ -389,7 +385,7 @@ impl Build {
                 name: SESSION,
                 expect: 200,
                 replayed: false,
-                event: Box::new(|_| HttpEvent::post("/session").json(&serde_json::json!({}))),
+                event: Arc::new(|_| HttpEvent::post("/session").json(&serde_json::json!({}))),
             },
             not_found(),
         ];
@@ -485,41 +481,31 @@ impl<'a> Side<'a> {
     }
 }
 
-/// `POST /transfers` of 1 between the fixture's two accounts under key `<run>-<i>`: the same
-/// closure twice gives the new-key scenario and its replay (the very same requests again).
-fn transfers(
-    fixture: &stack::Seeded,
-) -> impl Fn() -> Box<dyn Fn(usize) -> HttpEvent + Send + Sync> {
+/// `POST /transfers` of 1 between the fixture's two accounts under key `<run>-<i>` as the
+/// new-key scenario, and the very same requests again as the scenario `replay` (answered
+/// `Idempotent-Replayed`).
+fn new_and_replay(fixture: &stack::Seeded, replay: &'static str) -> [Scenario; 2] {
     let auth = format!("Bearer {}", fixture.token);
     let (from, to) = (fixture.accounts[0].clone(), fixture.accounts[1].clone());
     let run_id = random_hex(4);
-    move || {
-        let (auth, from, to, run_id) = (auth.clone(), from.clone(), to.clone(), run_id.clone());
-        Box::new(move |i| {
-            HttpEvent::post("/transfers")
-                .header("authorization", &auth)
-                .header("idempotency-key", &format!("{run_id}-{i}"))
-                .json(&serde_json::json!({"from": from, "to": to, "amount": 1, "memo": format!("bench {i}")}))
-        })
-    }
-}
-
-/// The new-key transfers of [`transfers`], and the very same requests again as the scenario
-/// `replay` (answered `Idempotent-Replayed`).
-fn new_and_replay(fixture: &stack::Seeded, replay: &'static str) -> [Scenario; 2] {
-    let new_transfer = transfers(fixture);
+    let event: Event = Arc::new(move |i| {
+        HttpEvent::post("/transfers")
+            .header("authorization", &auth)
+            .header("idempotency-key", &format!("{run_id}-{i}"))
+            .json(&serde_json::json!({"from": from, "to": to, "amount": 1, "memo": format!("bench {i}")}))
+    });
     [
         Scenario {
             name: NEW_TRANSFER,
             expect: 201,
             replayed: false,
-            event: new_transfer(),
+            event: event.clone(),
         },
         Scenario {
             name: replay,
             expect: 201,
             replayed: true,
-            event: new_transfer(),
+            event,
         },
     ]
 }
@@ -587,25 +573,23 @@ async fn run_variant(
         .ephemeral_key
         .clone()
         .ok_or_else(|| BenchError::Setup(format!("the {name} stack has no ephemeral-key")))?;
-    let post = || -> Box<dyn Fn(usize) -> HttpEvent + Send + Sync> {
-        Box::new(|_| {
-            HttpEvent::post("/session")
-                .from_ip("198.51.100.20")
-                .json(&serde_json::json!({}))
-        })
-    };
+    let post: Event = Arc::new(|_| {
+        HttpEvent::post("/session")
+            .from_ip("198.51.100.20")
+            .json(&serde_json::json!({}))
+    });
     let (first, refusals) = (
         Scenario {
             name: SESSION,
             expect: 200,
             replayed: false,
-            event: post(),
+            event: post.clone(),
         },
         Scenario {
             name: refused,
             expect: 429,
             replayed: false,
-            event: post(),
+            event: post,
         },
     );
     session.spawn_instance().await?;
@@ -627,7 +611,7 @@ fn not_found() -> Scenario {
         name: "`GET /nope` (404)",
         expect: 404,
         replayed: false,
-        event: Box::new(|_| HttpEvent::get("/nope")),
+        event: Arc::new(|_| HttpEvent::get("/nope")),
     }
 }
 

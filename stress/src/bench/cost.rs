@@ -111,20 +111,16 @@ impl Deployed {
     }
 }
 
-/// One kind of request, what it costs per million.
+/// One kind of request (`kind`, named by the report), what it costs per million.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
-    /// `new_transfer`, `duplicate_cached`, `duplicate_uncached`, `session_admitted`,
-    /// `session_refused_cached`, `session_refused_uncached` (the report names them).
-    pub kind: &'static str,
     /// The part 3 scenario whose warm median is the duration.
     pub scenario: &'static str,
-    /// Units per request: the rate-limit layers (the gate), the rest (idempotency and ledger),
-    /// and their sum.
+    pub kind: &'static str,
+    /// Units per request: the rate-limit layers (the gate), the rest (idempotency and ledger).
     pub gate: Units,
     pub work: Units,
-    pub units: Units,
-    /// Whether `units` needed a computed rule (see [`super::capacity`]).
+    /// Whether the units needed a computed rule (see [`super::capacity`]).
     pub computed: bool,
     pub dynamodb_per_million: f64,
     /// The warm median of part 3 and what Lambda bills of it.
@@ -134,39 +130,6 @@ pub struct Row {
     pub total_per_million: f64,
     /// The Powertools side's DynamoDB cost for the same idempotency work, where part 1 has one.
     pub powertools_dynamodb_per_million: Option<f64>,
-}
-
-/// The rows' inputs, before pricing.
-pub struct Priced {
-    pub kind: &'static str,
-    pub scenario: &'static str,
-    pub gate: Units,
-    pub work: Units,
-    pub computed: bool,
-    pub median_ms: f64,
-    pub powertools: Option<Units>,
-}
-
-impl Row {
-    pub fn new(p: Priced, memory_mb: u64) -> Self {
-        let units = p.gate.plus(p.work);
-        let dynamodb = dynamodb_per_million(units);
-        let (billed_ms, lambda) = lambda_per_million(p.median_ms, memory_mb);
-        Self {
-            kind: p.kind,
-            scenario: p.scenario,
-            gate: p.gate,
-            work: p.work,
-            units,
-            computed: p.computed,
-            dynamodb_per_million: dynamodb,
-            median_ms: p.median_ms,
-            billed_ms,
-            lambda_per_million: lambda,
-            total_per_million: dynamodb + lambda,
-            powertools_dynamodb_per_million: p.powertools.map(dynamodb_per_million),
-        }
-    }
 }
 
 /// The cost section's figures.
@@ -203,7 +166,8 @@ pub fn assemble(
             .warm_median(scenario)
             .ok_or_else(|| missing(&format!("part 3's {scenario}")))
     };
-    let mut rows = Vec::new();
+    // (kind, scenario, gate, work, computed, the Powertools side's work)
+    let mut inputs = Vec::new();
     for (kind, scenario, side) in [
         ("new_transfer", binaries::NEW_TRANSFER, (uncached, false)),
         ("duplicate_cached", binaries::REPLAY, (cached, true)),
@@ -219,18 +183,9 @@ pub fn assemble(
             false => s.new.capacity.clone(),
         };
         let (ours, theirs) = (pick(&level.tollgate), pick(&level.powertools));
-        rows.push(Row::new(
-            Priced {
-                kind,
-                scenario,
-                gate: transfer_gate,
-                work: ours.billed,
-                computed: ours.computed || layer.computed,
-                median_ms: median(scenario)?,
-                powertools: Some(theirs.billed),
-            },
-            deployed.memory_mb,
-        ));
+        let computed = ours.computed || layer.computed;
+        let work = (ours.billed, Some(theirs.billed));
+        inputs.push((kind, scenario, transfer_gate, work, computed));
     }
     for (kind, scenario, session, cached) in [
         ("session_admitted", binaries::SESSION, "admitted", true),
@@ -250,18 +205,27 @@ pub fn assemble(
         let s = limiter
             .session(session, cached)
             .ok_or_else(|| missing(&format!("part 2's {session} sessions")))?;
-        rows.push(Row::new(
-            Priced {
-                kind,
-                scenario,
-                gate: s.capacity.billed,
-                work: Units::default(),
-                computed: s.capacity.computed,
-                median_ms: median(scenario)?,
-                powertools: None,
-            },
-            deployed.memory_mb,
-        ));
+        let work = (Units::default(), None);
+        inputs.push((kind, scenario, s.capacity.billed, work, s.capacity.computed));
+    }
+    let mut rows = Vec::new();
+    for (kind, scenario, gate, (work, powertools), computed) in inputs {
+        let median_ms = median(scenario)?;
+        let dynamodb = dynamodb_per_million(gate.plus(work));
+        let (billed_ms, lambda) = lambda_per_million(median_ms, deployed.memory_mb);
+        rows.push(Row {
+            scenario,
+            kind,
+            gate,
+            work,
+            computed,
+            dynamodb_per_million: dynamodb,
+            median_ms,
+            billed_ms,
+            lambda_per_million: lambda,
+            total_per_million: dynamodb + lambda,
+            powertools_dynamodb_per_million: powertools.map(dynamodb_per_million),
+        });
     }
     Ok(Cost {
         prices: PRICES,

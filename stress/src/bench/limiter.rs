@@ -506,7 +506,8 @@ async fn sessions(b: &Bench) -> Result<Vec<Sessions>, BenchError> {
                 b.n
             )));
         }
-        let requests = b.counter.snapshot();
+        let mut operations: Vec<(String, usize)> = b.counter.snapshot().into_iter().collect();
+        operations.sort();
         let used = b.meter.take();
         let capacity = capacity::figures(&used, &reference, b.n);
         if kind == "admitted" {
@@ -519,12 +520,8 @@ async fn sessions(b: &Bench) -> Result<Vec<Sessions>, BenchError> {
             sessions: b.n,
             admitted,
             rejected,
-            requests_per_session: requests.values().sum::<usize>() as f64 / b.n as f64,
-            operations: requests
-                .into_iter()
-                .collect::<BTreeMap<_, _>>()
-                .into_iter()
-                .collect(),
+            requests_per_session: operations.iter().map(|o| o.1).sum::<usize>() as f64 / b.n as f64,
+            operations,
             capacity,
         });
     }

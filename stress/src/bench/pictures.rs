@@ -24,26 +24,23 @@ pub const REQUESTS: &str = "bench-requests.svg";
 
 /// Draws what the figures hold into `dir`; returns the files drawn.
 pub fn draw(figures: &Figures, dir: &Path) -> Result<Vec<PathBuf>, BenchError> {
-    let mut drawn = Vec::new();
-    if let Some(i) = &figures.idempotency {
-        let path = dir.join(LATENCY);
+    let Some(i) = &figures.idempotency else {
+        return Ok(Vec::new());
+    };
+    Ok(vec![
         plot::lines(
-            &path,
+            dir.join(LATENCY),
             "Part 1: latency, Tollgate against Powertools for Python",
             &latency(i),
             4,
-        )?;
-        drawn.push(path);
-        let path = dir.join(REQUESTS);
+        )?,
         plot::bars(
-            &path,
+            dir.join(REQUESTS),
             "Part 1: DynamoDB work per call (concurrency 1)",
             &requests(i),
             2,
-        )?;
-        drawn.push(path);
-    }
-    Ok(drawn)
+        )?,
+    ])
 }
 
 fn mode_name(m: &Mode) -> &'static str {
@@ -54,37 +51,31 @@ fn mode_name(m: &Mode) -> &'static str {
     }
 }
 
+/// A side's percentiles 0 to 99, as (ms, percentile) points.
+fn curve(f: &PhaseFigures) -> Vec<(f64, f64)> {
+    let percentiles = f.latency.percentiles.iter().take(100).enumerate();
+    percentiles.map(|(p, ms)| (*ms, p as f64)).collect()
+}
+
 fn latency(i: &Idempotency) -> Vec<LinePanel> {
     let mut panels = Vec::new();
     for mode in &i.modes {
-        for level in &mode.levels {
-            for (phase, pick) in [
-                (
-                    "new",
-                    (|s| &s.new) as fn(&super::idempotency::Side) -> &PhaseFigures,
-                ),
-                ("duplicate", |s| &s.duplicate),
+        for l in &mode.levels {
+            for (phase, t, p) in [
+                ("new", &l.tollgate.new, &l.powertools.new),
+                ("duplicate", &l.tollgate.duplicate, &l.powertools.duplicate),
             ] {
-                let curve = |f: &PhaseFigures| {
-                    f.latency
-                        .percentiles
-                        .iter()
-                        .take(100)
-                        .enumerate()
-                        .map(|(p, ms)| (*ms, p as f64))
-                        .collect::<Vec<_>>()
-                };
                 panels.push(LinePanel {
                     title: format!(
                         "{phase}, {}, concurrency {}",
                         mode_name(mode),
-                        level.concurrency
+                        l.concurrency
                     ),
                     x_label: "latency (ms)".into(),
                     y_label: "percentile".into(),
                     series: vec![
-                        ("Tollgate".into(), curve(pick(&level.tollgate))),
-                        ("Powertools".into(), curve(pick(&level.powertools))),
+                        ("Tollgate".into(), curve(t)),
+                        ("Powertools".into(), curve(p)),
                     ],
                     marks: Vec::new(),
                     steps: false,

@@ -13,33 +13,23 @@ use super::limiter::Limiter;
 use super::schemathesis::Schemathesis;
 use super::{BenchError, Options};
 
-const TEMPLATES: &[(&str, &str)] = &[
-    ("bench.md", include_str!("../../templates/bench.md")),
-    (
-        "bench-idempotency.md",
-        include_str!("../../templates/bench-idempotency.md"),
-    ),
-    (
-        "bench-floor.md",
-        include_str!("../../templates/bench-floor.md"),
-    ),
-    (
-        "bench-limiter.md",
-        include_str!("../../templates/bench-limiter.md"),
-    ),
-    (
-        "bench-binaries.md",
-        include_str!("../../templates/bench-binaries.md"),
-    ),
-    (
-        "bench-schemathesis.md",
-        include_str!("../../templates/bench-schemathesis.md"),
-    ),
-    (
-        "bench-cost.md",
-        include_str!("../../templates/bench-cost.md"),
-    ),
-];
+/// `(name, source)` of templates in `templates/`.
+macro_rules! templates {
+    ($($name:literal),*) => {
+        &[$(($name, include_str!(concat!("../../templates/", $name)))),*]
+    };
+}
+
+/// The report's own template first, then those it includes.
+const TEMPLATES: &[(&str, &str)] = templates!(
+    "bench.md",
+    "bench-idempotency.md",
+    "bench-floor.md",
+    "bench-limiter.md",
+    "bench-binaries.md",
+    "bench-schemathesis.md",
+    "bench-cost.md"
+);
 
 /// Everything the report shows; a part that did not run is `None`.
 #[derive(Debug, Serialize)]

@@ -346,16 +346,7 @@ impl Drill<'_> {
             f.expected,
             t.elapsed().as_secs_f64()
         );
-        self.rows.push(Row {
-            phase,
-            drill: drill.to_string(),
-            key: f.key.to_string(),
-            sent: outcomes.len() + probed.len(),
-            admitted,
-            limit: f.limit,
-            expected: f.expected,
-            statuses: statuses(outcomes.iter().chain(&probed)),
-        });
+        self.row(f, outcomes.iter().chain(&probed).collect(), admitted);
         let total = by_op.values().sum::<usize>();
         let by_op: Vec<String> = by_op.iter().map(|(op, n)| format!("{op} {n}")).collect();
         self.costs.push(CostRow {
@@ -576,15 +567,20 @@ impl Drill<'_> {
                 statuses(&out)
             ));
         }
+        self.row(f, out.iter().collect(), passed);
+    }
+
+    /// The table's row for flood `f`: what was `sent`, and how many were admitted.
+    fn row(&mut self, f: Flood<'_>, sent: Vec<&Outcome>, admitted: usize) {
         self.rows.push(Row {
             phase: self.phase,
             drill: f.drill.into(),
             key: f.key.into(),
-            sent: out.len(),
-            admitted: passed,
+            sent: sent.len(),
+            admitted,
             limit: f.limit,
             expected: f.expected,
-            statuses: statuses(&out),
+            statuses: statuses(sent),
         });
     }
 

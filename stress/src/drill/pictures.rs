@@ -39,14 +39,12 @@ pub fn draw(f: &Figures, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
             ],
             steps: true,
         };
-        let path = dir.join(BOUNDARY);
-        plot::lines(
-            &path,
+        drawn.push(plot::lines(
+            dir.join(BOUNDARY),
             "Drill: a burst across a window boundary",
             &[panel],
             1,
-        )?;
-        drawn.push(path);
+        )?);
     }
     if !f.costs.is_empty() {
         // Drills in the order they first appear, each with its phases' bars.
@@ -67,14 +65,12 @@ pub fn draw(f: &Figures, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
             y_label: "requests per rejection".into(),
             groups,
         };
-        let path = dir.join(REJECTIONS);
-        plot::bars(
-            &path,
+        drawn.push(plot::bars(
+            dir.join(REJECTIONS),
             "Drill: what a rejection costs, by drill and block cache",
             &[panel],
             1,
-        )?;
-        drawn.push(path);
+        )?);
     }
     Ok(drawn)
 }

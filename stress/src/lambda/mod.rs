@@ -26,15 +26,14 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-/// A JSON answer of the emulator's own (a runtime API status, the front's 404 or 504).
-fn answer(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    resp
+/// A JSON answer of the emulator's own (a runtime API status, the front's 404 or 504, the 502
+/// of a function that failed).
+fn answer<B: From<Bytes>>(status: StatusCode, body: &'static str) -> Response<B> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(B::from(Bytes::from_static(body.as_bytes())))
+        .expect("a valid response")
 }
 
 /// Listens on a free loopback port and serves every connection (HTTP/1.1) with `serve`, given

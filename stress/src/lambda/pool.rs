@@ -266,7 +266,11 @@ impl Pool {
             Err(_) => Err(Lost::Timeout(timeout)),
             Ok(Err(_)) => Err(Lost::Stopped(name)),
             Ok(Ok(Reply::Response(body))) => parse(&body),
-            Ok(Ok(Reply::Error(_) | Reply::Crashed(_))) => Ok(bad_gateway()),
+            // What a function URL answers when the function failed.
+            Ok(Ok(Reply::Error(_) | Reply::Crashed(_))) => Ok(super::answer(
+                StatusCode::BAD_GATEWAY,
+                r#"{"Message":"Internal Server Error"}"#,
+            )),
         }
     }
 }
@@ -282,19 +286,6 @@ impl Drop for Pool {
             }
         }
     }
-}
-
-/// What a function URL answers when the function failed.
-fn bad_gateway() -> Response<Bytes> {
-    let mut resp = Response::new(Bytes::from_static(
-        br#"{"Message":"Internal Server Error"}"#,
-    ));
-    *resp.status_mut() = StatusCode::BAD_GATEWAY;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    resp
 }
 
 #[cfg(test)]
@@ -392,23 +383,38 @@ done
         (status, body.unwrap().to_bytes())
     }
 
-    /// Two `Idempotency-Key` fields (and two `Authorization` fields) through the front reach
-    /// the function as API Gateway's payload 2.0 hands them over: one field each, the values
-    /// joined with commas, which the functions refuse as a list (not the first key, silently).
+    /// The front strips its prefix and answers 404 elsewhere; two `Idempotency-Key` fields (and
+    /// two `Authorization` fields) reach the function as API Gateway's payload 2.0 hands them
+    /// over: one field each, the values joined with commas, which the functions refuse as a list
+    /// (not the first key, silently).
     #[tokio::test]
-    async fn the_front_joins_repeated_fields_as_api_gateway_does() {
-        let dir = temp_dir("front-join");
+    async fn the_front_strips_its_prefix_and_joins_repeated_fields_as_api_gateway_does() {
+        let dir = temp_dir("front");
         let f = Pool::start(spec(&dir), 1).await.unwrap();
         let front = super::super::Front::start(vec![("/lambda-url/echo".into(), f.clone())])
             .await
             .unwrap();
+        let get = |path: &str| Request::get(path).header("host", "x");
+        let empty = http_body_util::Empty::<Bytes>::new;
+        let (status, body) = fetch(
+            &front.url(),
+            get("/lambda-url/echo/accounts/a1").body(empty()).unwrap(),
+        )
+        .await;
+        assert_eq!(
+            (status.as_u16(), body.as_ref()),
+            (200, &b"/accounts/a1"[..])
+        );
+        let other = get("/lambda-url/other/x").body(empty()).unwrap();
+        assert_eq!(fetch(&front.url(), other).await.0, 404);
+
         let req = Request::post("/lambda-url/echo/transfers")
             .header("host", "x")
             .header("idempotency-key", "k1")
             .header("authorization", "Bearer a")
             .header("idempotency-key", "k2")
             .header("authorization", "Bearer b")
-            .body(http_body_util::Empty::<Bytes>::new())
+            .body(empty())
             .unwrap();
         assert_eq!(fetch(&front.url(), req).await.0, 200);
         let event: serde_json::Value =
@@ -418,31 +424,6 @@ done
             event["headers"]["authorization"], "Bearer a,Bearer b",
             "{event}"
         );
-        f.stop().await;
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[tokio::test]
-    async fn the_front_strips_its_prefix_and_answers_404_elsewhere() {
-        let dir = temp_dir("front");
-        let f = Pool::start(spec(&dir), 1).await.unwrap();
-        let front = super::super::Front::start(vec![("/lambda-url/echo".into(), f.clone())])
-            .await
-            .unwrap();
-        let url = front.url();
-        let get = |path: &str| {
-            let empty = http_body_util::Empty::<Bytes>::new();
-            fetch(
-                &url,
-                Request::get(path).header("host", "x").body(empty).unwrap(),
-            )
-        };
-        let (status, body) = get("/lambda-url/echo/accounts/a1").await;
-        assert_eq!(
-            (status.as_u16(), body.as_ref()),
-            (200, &b"/accounts/a1"[..])
-        );
-        assert_eq!(get("/lambda-url/other/x").await.0, 404);
         f.stop().await;
         let _ = std::fs::remove_dir_all(dir);
     }

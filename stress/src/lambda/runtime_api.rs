@@ -237,21 +237,16 @@ impl Shared {
             }
             state.in_flight.insert(id.clone(), invocation);
         }
-        let mut resp = Response::new(Full::new(event));
-        let headers = resp.headers_mut();
-        let mut set = |name: &'static str, value: &str| {
-            if let Ok(value) = http::HeaderValue::from_str(value) {
-                headers.insert(name, value);
-            }
-        };
-        set("content-type", "application/json");
-        set("lambda-runtime-aws-request-id", &id);
-        set("lambda-runtime-deadline-ms", &deadline.to_string());
-        set("lambda-runtime-invoked-function-arn", &self.arn);
-        set(
-            "lambda-runtime-trace-id",
-            "Root=1-00000000-000000000000000000000000;Sampled=0",
-        );
-        resp
+        Response::builder()
+            .header("content-type", "application/json")
+            .header("lambda-runtime-aws-request-id", &id)
+            .header("lambda-runtime-deadline-ms", deadline.to_string())
+            .header("lambda-runtime-invoked-function-arn", &self.arn)
+            .header(
+                "lambda-runtime-trace-id",
+                "Root=1-00000000-000000000000000000000000;Sampled=0",
+            )
+            .body(Full::new(event))
+            .expect("ids and ARNs of ASCII names")
     }
 }

@@ -1,6 +1,6 @@
 //! Reconciliation: the log against DynamoDB, read directly (not through the functions).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
@@ -278,16 +278,8 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
                 .exchanges
                 .iter()
                 .filter(|e| e.body == b)
-                .filter_map(|e| match &e.outcome {
-                    Outcome::Answer {
-                        status,
-                        replayed,
-                        location,
-                        body,
-                        ..
-                    } if STORED.contains(status) => Some((*status, *replayed, location, body)),
-                    _ => None,
-                })
+                .filter_map(|e| e.outcome.answer())
+                .filter(|a| STORED.contains(&a.0))
                 .collect();
             if answers.len() > 1 {
                 replays.checked += answers.len() - 1;
@@ -324,12 +316,13 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             acknowledged += 1;
             acked.checked += 1;
             let body = &l.bodies[b];
-            let first_201 = log.exchanges.iter().find_map(|e| match &e.outcome {
-                Outcome::Answer {
-                    status: 201, body, ..
-                } if e.body == b => serde_json::from_slice::<serde_json::Value>(body).ok(),
-                _ => None,
-            });
+            let first_201 = log
+                .exchanges
+                .iter()
+                .filter(|e| e.body == b)
+                .filter_map(|e| e.outcome.answer())
+                .filter(|a| a.0 == 201)
+                .find_map(|a| serde_json::from_slice::<serde_json::Value>(a.3).ok());
             let id = first_201
                 .as_ref()
                 .and_then(|v| v["transfer_id"].as_str())
@@ -402,16 +395,7 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             let answers: Vec<_> = log
                 .exchanges
                 .iter()
-                .filter_map(|e| match &e.outcome {
-                    Outcome::Answer {
-                        status,
-                        replayed,
-                        location,
-                        body,
-                        ..
-                    } => Some((*status, *replayed, location, body)),
-                    Outcome::Lost(_) => None,
-                })
+                .filter_map(|e| e.outcome.answer())
                 .collect();
             let first = answers.first();
             let refused_at = answers.iter().position(|a| a.0 == 429);
@@ -453,10 +437,9 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             let seen: Vec<&Vec<u8>> = log
                 .exchanges
                 .iter()
-                .filter_map(|e| match &e.outcome {
-                    Outcome::Answer { status, body, .. } if STORED.contains(status) => Some(body),
-                    _ => None,
-                })
+                .filter_map(|e| e.outcome.answer())
+                .filter(|a| STORED.contains(&a.0))
+                .map(|a| a.3)
                 .collect();
             stored.checked += 1;
             match (&record, seen.first()) {
@@ -525,13 +508,11 @@ pub fn reconcile(inp: Inputs<'_>) -> Findings {
             continue;
         }
         for e in &log.exchanges {
-            if let Outcome::Answer { status, .. } = &e.outcome {
-                if ADMITTED.contains(status) {
-                    admitted
-                        .entry(log.logical.client)
-                        .or_default()
-                        .push((e.sent_ms, e.answered_ms));
-                }
+            if e.outcome.status().is_some_and(|s| ADMITTED.contains(&s)) {
+                admitted
+                    .entry(log.logical.client)
+                    .or_default()
+                    .push((e.sent_ms, e.answered_ms));
             }
         }
     }
@@ -604,23 +585,20 @@ pub fn crowded(mut spans: Vec<(u64, u64)>, limit: usize, window: u64) -> Option<
     worst.map(|span| (limit + 1, span))
 }
 
-/// Statuses of the answers, for the report.
-pub fn status_counts(logs: &[LogicalLog]) -> (BTreeMap<String, usize>, HashSet<usize>) {
+/// Statuses of the answers (with their problem codes), for the report.
+pub fn status_counts(logs: &[LogicalLog]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
-    let mut seen = HashSet::new();
-    for log in logs {
-        for e in &log.exchanges {
-            let k = match &e.outcome {
-                Outcome::Answer { status, code, .. } => {
-                    format!("{status} {}", code.as_deref().unwrap_or(""))
-                }
-                Outcome::Lost(why) => format!("no answer ({})", lost_kind(why)),
-            };
-            *counts.entry(k).or_default() += 1;
-        }
-        seen.insert(log.logical.index);
+    for e in logs.iter().flat_map(|log| &log.exchanges) {
+        let k = match &e.outcome {
+            Outcome::Answer { status, code, .. } => match code {
+                Some(code) => format!("{status} {code}"),
+                None => status.to_string(),
+            },
+            Outcome::Lost(why) => format!("no answer ({})", lost_kind(why)),
+        };
+        *counts.entry(k).or_default() += 1;
     }
-    (counts, seen)
+    counts
 }
 
 fn lost_kind(why: &str) -> &'static str {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tollgate_tests::dynamo::Tables;
 
 use super::check;
-use super::plan::{Generator, Population, Rng};
+use super::plan::{fork, Generator, Population};
 use super::run::{self, Traffic, FAULT_KINDS, OPERATIONS};
 use super::sequences;
 use super::Options;
@@ -87,7 +87,7 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
     // stores; account `i` is the `i / clients`-th of client `i % clients` (`Population`).
     let setup_started = Instant::now();
     let ddb = &stack.ddb;
-    let mut rng = Rng::fork(o.seed, 0);
+    let mut rng = fork(o.seed, 0);
     let pop = Population::new(&mut rng, o.clients, o.accounts);
     let seeded: Vec<Seeded> = futures::stream::iter(0..o.clients)
         .map(|c| {
@@ -230,7 +230,6 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
         .map(|c| c.violations.len())
         .sum::<usize>()
         + kill_failures;
-    let (statuses, _) = check::status_counts(&logs);
     let sent = traffic.sent();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for log in &logs {
@@ -258,10 +257,7 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
         long_waits: traffic.long_waits.load(Ordering::Relaxed),
         unknown: findings.unknown,
         unknown_committed: findings.unknown_committed,
-        statuses: statuses
-            .iter()
-            .map(|(k, c)| (k.trim().to_string(), *c))
-            .collect(),
+        statuses: check::status_counts(&logs).into_iter().collect(),
         faults_armed: faults.armed(),
         faults_fired: faults.fired(),
         proxy_fired: proxy.fired(),

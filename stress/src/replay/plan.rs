@@ -1,48 +1,24 @@
 //! The day's traffic, generated from the seed: who sends what, under which key, and what the log
 //! therefore calls for. Nothing here depends on timing; what the run does with it does.
 
-/// The day's generator: `fastrand`'s (wyrand), seeded, so a seed gives the same day everywhere;
-/// with the few draws the plan needs.
-#[derive(Debug, Clone)]
-pub struct Rng(fastrand::Rng);
+pub use fastrand::Rng;
 
-impl Rng {
-    /// An independent stream for one purpose (traffic, faults, kills).
-    pub fn fork(seed: u64, stream: u64) -> Self {
-        Self(fastrand::Rng::with_seed(
-            seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F),
-        ))
-    }
+/// An independent stream of the seed for one purpose (traffic, faults, kills): `fastrand`'s
+/// wyrand, so a seed gives the same day everywhere.
+pub fn fork(seed: u64, stream: u64) -> Rng {
+    Rng::with_seed(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F))
+}
 
-    pub fn next(&mut self) -> u64 {
-        self.0.u64(..)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.0.u64(..n)
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        self.0.u64(lo..=hi)
-    }
-
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.0.f64() < p
-    }
-
-    /// An index chosen by weight.
-    pub fn weighted(&mut self, weights: &[u64]) -> usize {
-        let mut x = self.below(weights.iter().sum());
-        for (i, w) in weights.iter().enumerate() {
-            if x < *w {
-                return i;
-            }
-            x -= w;
+/// An index chosen by weight.
+pub fn weighted(rng: &mut Rng, weights: &[u64]) -> usize {
+    let mut x = rng.u64(..weights.iter().sum::<u64>());
+    for (i, w) in weights.iter().enumerate() {
+        if x < *w {
+            return i;
         }
-        weights.len() - 1
+        x -= w;
     }
+    weights.len() - 1
 }
 
 /// Opening balances: high enough that no ordinary transfer of the day can meet an empty account
@@ -195,7 +171,7 @@ impl Population {
     pub fn new(rng: &mut Rng, clients: usize, accounts: usize) -> Self {
         Self {
             accounts: (0..accounts)
-                .map(|i| (rng.range(MIN_BALANCE, MAX_BALANCE), i % clients))
+                .map(|i| (rng.u64(MIN_BALANCE..=MAX_BALANCE), i % clients))
                 .collect(),
             clients,
         }
@@ -238,7 +214,7 @@ impl Generator {
             owned[*owner].push(i);
         }
         Self {
-            rng: Rng::fork(seed, 1),
+            rng: fork(seed, 1),
             debits: vec![0; pop.accounts.len()],
             openings: pop.accounts.iter().map(|(b, _)| *b).collect(),
             owned,
@@ -253,32 +229,30 @@ impl Generator {
         let index = self.next;
         self.next += 1;
         let r = &mut self.rng;
-        let client = r.below(self.owned.len() as u64) as usize;
+        let client = r.usize(..self.owned.len());
         let key = format!("replay-{:x}-{index}", self.seed);
         // Weights per mille.
-        let kind = match r.weighted(&[560, 100, 60, 40, 50, 30, 30, 15, 40, 40, 35]) {
+        let kind = match weighted(r, &[560, 100, 60, 40, 50, 30, 30, 15, 40, 40, 35]) {
             0 => Kind::Normal,
             1 => Kind::LostResponse { hang_up: false },
             2 => Kind::LostResponse { hang_up: true },
-            3 => Kind::Duplicates(r.range(2, 5) as usize),
+            3 => Kind::Duplicates(r.u64(2..=5) as usize),
             4 => Kind::KeyReuse,
             5 => Kind::Insufficient,
             6 => Kind::NotOwner,
             7 => Kind::MissingAccount,
-            8 | 9 => Kind::BadInput(BAD_INPUTS[r.below(BAD_INPUTS.len() as u64) as usize]),
-            _ => Kind::BadToken(BAD_TOKENS[r.below(BAD_TOKENS.len() as u64) as usize]),
+            8 | 9 => Kind::BadInput(BAD_INPUTS[r.usize(..BAD_INPUTS.len())]),
+            _ => Kind::BadToken(BAD_TOKENS[r.usize(..BAD_TOKENS.len())]),
         };
-        let later = r.chance(0.15).then(|| r.range(200, 4_000) as usize);
+        let later = (r.f64() < 0.15).then(|| r.u64(200..=4_000) as usize);
         let mine = &self.owned[client];
-        let from = mine[r.below(mine.len() as u64) as usize];
-        let mut to = r.below(ids.len() as u64) as usize;
+        let from = mine[r.usize(..mine.len())];
+        let mut to = r.usize(..ids.len());
         if to == from {
             to = (to + 1) % ids.len();
         }
-        let memo = r
-            .chance(0.5)
-            .then(|| format!("invoice {}", r.below(1_000_000)));
-        let amount = r.range(1, MAX_AMOUNT);
+        let memo = (r.f64() < 0.5).then(|| format!("invoice {}", r.u64(..1_000_000)));
+        let amount = r.u64(1..=MAX_AMOUNT);
         let mut bodies = Vec::new();
         let mut key = Some(key);
         let mut bad_auth = None;
@@ -297,7 +271,7 @@ impl Generator {
                 bodies.push(Body::new(&ids[from], &ids[to], amount, memo.clone()));
                 if kind == Kind::KeyReuse {
                     // Another amount, or another memo.
-                    let changed = if r.chance(0.5) {
+                    let changed = if r.f64() < 0.5 {
                         Body::new(&ids[from], &ids[to], amount + 1, memo)
                     } else {
                         Body::new(
@@ -311,14 +285,13 @@ impl Generator {
                 }
             }
             Kind::Insufficient => {
-                let amount = self.total + r.range(1, 1_000_000);
+                let amount = self.total + r.u64(1..=1_000_000);
                 bodies.push(Body::new(&ids[from], &ids[to], amount, memo));
             }
             Kind::NotOwner => {
-                let other =
-                    (client + 1 + r.below(self.owned.len() as u64 - 1) as usize) % self.owned.len();
+                let other = (client + 1 + r.usize(..self.owned.len() - 1)) % self.owned.len();
                 let theirs = &self.owned[other];
-                let from = theirs[r.below(theirs.len() as u64) as usize];
+                let from = theirs[r.usize(..theirs.len())];
                 let to = if to == from { (to + 1) % ids.len() } else { to };
                 bodies.push(Body::new(&ids[from], &ids[to], amount, memo));
             }
@@ -362,9 +335,9 @@ impl Generator {
             }
             Kind::BadToken(what) => {
                 bad_auth = Some(match *what {
-                    "wrong token" => Some(format!("Bearer tg_{:032x}", r.next())),
+                    "wrong token" => Some(format!("Bearer tg_{:032x}", r.u64(..))),
                     "no Authorization" => None,
-                    _ => Some(format!("Basic {:016x}", r.next())),
+                    _ => Some(format!("Basic {:016x}", r.u64(..))),
                 });
                 bodies.push(Body::new(&ids[from], &ids[to], amount, memo));
             }

@@ -16,7 +16,7 @@ use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 use crate::lambda::Pool;
 use crate::now_ms;
 
-use super::plan::{Kind, Logical, Rng};
+use super::plan::{fork, weighted, Kind, Logical, Rng};
 
 /// Attempts per body before the client gives up and records "unknown". (It waits for each
 /// answer as long as the pool's invocation timeout.)
@@ -59,8 +59,19 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn status(&self) -> Option<u16> {
+        self.answer().map(|a| a.0)
+    }
+
+    /// An answer's status, `Idempotent-Replayed`, `Location` and body: what a replay repeats.
+    pub fn answer(&self) -> Option<(u16, bool, &Option<String>, &Vec<u8>)> {
         match self {
-            Outcome::Answer { status, .. } => Some(*status),
+            Outcome::Answer {
+                status,
+                replayed,
+                location,
+                body,
+                ..
+            } => Some((*status, *replayed, location, body)),
             Outcome::Lost(_) => None,
         }
     }
@@ -274,9 +285,9 @@ impl Traffic {
                 Wait::Backoff => {
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     match l.later {
-                        Some(n) if rng.chance(0.5) => self.wait_for_traffic(n).await,
+                        Some(n) if rng.f64() < 0.5 => self.wait_for_traffic(n).await,
                         _ => {
-                            let ms = (50u64 << attempt.min(6)).min(3_000) + rng.below(50);
+                            let ms = (50u64 << attempt.min(6)).min(3_000) + rng.u64(..50);
                             tokio::time::sleep(Duration::from_millis(ms)).await;
                         }
                     }
@@ -284,7 +295,7 @@ impl Traffic {
                 // A 429 says when to come back; a client that comes sooner is refused again.
                 Wait::RetryAfter(secs) => {
                     self.retries.fetch_add(1, Ordering::Relaxed);
-                    let ms = secs * 1_000 + rng.below(100);
+                    let ms = secs * 1_000 + rng.u64(..100);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                 }
             }
@@ -324,11 +335,11 @@ impl Traffic {
 
     /// Runs one logical request the way its client behaves.
     pub async fn drive(&self, l: Logical, seed: u64) -> LogicalLog {
-        let mut rng = Rng::fork(seed, 1_000_000 + l.index as u64);
+        let mut rng = fork(seed, 1_000_000 + l.index as u64);
         let mut log = LogicalLog::new(&l);
         match &l.kind {
             Kind::LostResponse { hang_up: true } => {
-                let ms = rng.below(30);
+                let ms = rng.u64(..30);
                 log.settled[0] = self
                     .settle(&l, 0, Mode::HangUp(ms), &mut rng, &mut log)
                     .await;
@@ -374,7 +385,7 @@ impl Traffic {
     async fn pause(&self, l: &Logical, rng: &mut Rng) {
         match l.later {
             Some(n) => self.wait_for_traffic(n).await,
-            None => tokio::time::sleep(Duration::from_millis(rng.below(200))).await,
+            None => tokio::time::sleep(Duration::from_millis(rng.u64(..200))).await,
         }
     }
 }
@@ -480,7 +491,7 @@ pub async fn arm_faults(
     rate: f64,
     stop: Arc<AtomicBool>,
 ) -> FaultLog {
-    let mut rng = Rng::fork(seed, 2);
+    let mut rng = fork(seed, 2);
     let mut log = FaultLog::default();
     let mut upto = 0;
     while !stop.load(Ordering::SeqCst) {
@@ -489,11 +500,11 @@ pub async fn arm_faults(
         let sent = traffic.sent();
         while upto < sent {
             upto += 1;
-            if !rng.chance(rate) {
+            if rng.f64() >= rate {
                 continue;
             }
-            let op = rng.weighted(&[40, 25, 20, 15]);
-            let kind = rng.weighted(&[30, 20, 20, 8, 16, 6, 10, 6, 6, 6, 4]);
+            let op = weighted(&mut rng, &[40, 25, 20, 15]);
+            let kind = weighted(&mut rng, &[30, 20, 20, 8, 16, 6, 10, 6, 6, 6, 4]);
             if log.pending.contains_key(&op)
                 || (TRANSACTION_ONLY.contains(&kind) && OPERATIONS[op] != "TransactWriteItems")
             {
@@ -504,8 +515,8 @@ pub async fn arm_faults(
                 1 => vec![Fault::DropRequest],
                 2 => vec![Fault::ServerError],
                 3 => vec![Fault::ServerError; 3],
-                4 => vec![Fault::Delay(Duration::from_millis(rng.range(20, 1_500)))],
-                5 => vec![Fault::Delay(Duration::from_millis(rng.range(3_200, 3_800)))],
+                4 => vec![Fault::Delay(Duration::from_millis(rng.u64(20..=1_500)))],
+                5 => vec![Fault::Delay(Duration::from_millis(rng.u64(3_200..=3_800)))],
                 6 => vec![Fault::Error(DynamoError::Throttling)],
                 7 => vec![Fault::Error(DynamoError::ProvisionedThroughputExceeded); 3],
                 8 => vec![Fault::Error(DynamoError::TransactionInProgress)],
@@ -547,7 +558,7 @@ pub async fn kill_processes(
     target: usize,
     seed: u64,
 ) -> Vec<Kill> {
-    let mut rng = Rng::fork(seed, 3);
+    let mut rng = fork(seed, 3);
     let mut done = Vec::new();
     for k in 1..=kills {
         let at = target * k / (kills + 1);
@@ -556,29 +567,20 @@ pub async fn kill_processes(
         }
         let pids = transfer.pids();
         let at_request = traffic.sent();
-        if pids.is_empty() {
-            done.push(Kill {
-                at_request,
-                pid: 0,
-                instances: 0,
-                restart: Err("no transfer process was running".into()),
-            });
-            continue;
-        }
-        let pid = pids[rng.below(pids.len() as u64) as usize];
-        if let Err(e) = transfer.kill(pid).await {
-            done.push(Kill {
-                at_request,
-                pid,
-                instances: pids.len(),
-                restart: Err(e.to_string()),
-            });
-            continue;
-        }
-        let started = Instant::now();
-        let restart = match transfer.spawn_instance().await {
-            Ok(_) => Ok(started.elapsed()),
-            Err(e) => Err(e.to_string()),
+        let pid = match pids.is_empty() {
+            true => 0,
+            false => pids[rng.usize(..pids.len())],
+        };
+        let restart = if pids.is_empty() {
+            Err("no transfer process was running".into())
+        } else if let Err(e) = transfer.kill(pid).await {
+            Err(e.to_string())
+        } else {
+            let started = Instant::now();
+            match transfer.spawn_instance().await {
+                Ok(_) => Ok(started.elapsed()),
+                Err(e) => Err(e.to_string()),
+            }
         };
         done.push(Kill {
             at_request,

@@ -30,7 +30,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tollgate_tests::fault_proxy::{DynamoError, Fault, FaultProxy};
 
-use super::plan::{Body, Kind, Logical, Rng};
+use super::plan::{fork, Body, Kind, Logical, Rng};
 use super::run::{LogicalLog, Mode, Traffic};
 use crate::{now_ms, sleep_until};
 
@@ -112,7 +112,7 @@ pub async fn run(
         proxy: &proxy,
         clients: &clients,
         seed,
-        rng: Rng::fork(seed, 5),
+        rng: fork(seed, 5),
         next: 1 << 40,
         logs: Vec::new(),
         instances,
@@ -144,9 +144,9 @@ impl Seq<'_> {
         let index = self.next;
         self.next += 1;
         let accounts = &client.1;
-        let from = self.rng.below(accounts.len() as u64) as usize;
-        let to = (from + 1 + self.rng.below(accounts.len() as u64 - 1) as usize) % accounts.len();
-        let amount = self.rng.range(1, 100);
+        let from = self.rng.usize(..accounts.len());
+        let to = (from + 1 + self.rng.usize(..accounts.len() - 1)) % accounts.len();
+        let amount = self.rng.u64(1..=100);
         Logical {
             index,
             kind,
@@ -159,7 +159,7 @@ impl Seq<'_> {
     }
 
     fn rng_for(&self, l: &Logical) -> Rng {
-        Rng::fork(self.seed, 1_000_000 + l.index as u64)
+        fork(self.seed, 1_000_000 + l.index as u64)
     }
 
     /// Sends each of `ls` once, all at once; their logs.

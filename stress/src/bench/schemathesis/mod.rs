@@ -46,10 +46,10 @@ fn limits() -> Limits {
 const CONFIG: &str = "bench/schemathesis/schemathesis.toml";
 const HOOKS: &str = "bench/schemathesis/hooks.py";
 
-/// One kind of caller: which operations (a tag of `openapi.yaml`), and how to reproduce.
+/// One kind of caller: which operations (its name is their tag in `openapi.yaml`), and how to
+/// reproduce.
 struct Caller {
     name: &'static str,
-    tag: &'static str,
     reproduce: Reproduce,
     /// Whether the hook gets the stack's accounts.
     accounts: bool,
@@ -172,7 +172,6 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
     let callers = [
         Caller {
             name: "session",
-            tag: "session",
             reproduce: Reproduce {
                 base_url: stack.session_url.clone(),
                 url_var: "SESSION_URL",
@@ -182,7 +181,6 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
         },
         Caller {
             name: "transfers",
-            tag: "transfers",
             reproduce: Reproduce {
                 base_url: stack.transfer_url.clone(),
                 url_var: "TRANSFER_URL",
@@ -192,7 +190,6 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
         },
         Caller {
             name: "operator",
-            tag: "operator",
             reproduce: Reproduce {
                 base_url: stack.session_url.clone(),
                 url_var: "SESSION_URL",
@@ -209,7 +206,7 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
             .arg(&config_path)
             .arg("run")
             .arg(workspace_root().join("openapi.yaml"))
-            .args(["--include-tag", caller.tag])
+            .args(["--include-tag", caller.name])
             .current_dir(&dir)
             .env_remove("SCHEMATHESIS_HOOKS")
             .env("NO_PROXY", "127.0.0.1,localhost")
