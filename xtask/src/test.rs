@@ -149,9 +149,10 @@ fn workspace_tests(tools: &Tools, args: &[String]) -> Result {
         cmd.arg("--workspace");
     }
     cmd.args(args);
-    // The integration tests mostly wait (DynamoDB Local, the fault proxy's delays, real
-    // windows), and libtest runs one thread per core: 2 here. Under load 227 integration tests
-    // took 357 s with 2 threads and 83 s with 8. A `RUST_TEST_THREADS` of the user's wins.
+    // Many integration tests wait (DynamoDB Local, the fault proxy's delays, real windows), and
+    // libtest runs one thread per core: 2 here. The 228 integration tests took 71 s with 8
+    // threads against 84 s with 2 in a quiet CI run, and 83 s against 357 s on a machine busy
+    // with other builds. A `RUST_TEST_THREADS` of the user's wins.
     if std::env::var_os("RUST_TEST_THREADS").is_none() {
         cmd.env("RUST_TEST_THREADS", "8");
     }
