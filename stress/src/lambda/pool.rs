@@ -303,7 +303,7 @@ while true; do
   id=$(grep -i '^lambda-runtime-aws-request-id:' "$HEADERS" | cut -d' ' -f2 | tr -d '\r')
   path=$(printf '%s' "$event" | sed 's/.*"rawPath":"\([^"]*\)".*/\1/')
   if [ "$path" = /hang ]; then sleep 600; fi
-  curl -sS -X POST -d "{\"statusCode\":200,\"headers\":{\"x-fn\":\"$AWS_LAMBDA_FUNCTION_NAME\"},\"body\":\"$path\"}" \
+  curl -sS -X POST -d "{\"statusCode\":200,\"headers\":{\"x-fn\":\"$AWS_LAMBDA_FUNCTION_NAME\"},\"cookies\":[],\"body\":\"$path\"}" \
     "$api/invocation/$id/response" >/dev/null
 done
 "#;

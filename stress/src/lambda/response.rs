@@ -12,16 +12,10 @@ use super::Lost;
 /// Parses the function's answer; a malformed one is [`Lost::BadResponse`].
 pub(crate) fn parse(raw: &[u8]) -> Result<Response<Bytes>, Lost> {
     let bad = |why: String| Lost::BadResponse(why);
-    let mut value: serde_json::Value =
-        serde_json::from_slice(raw).map_err(|e| bad(e.to_string()))?;
-    // A response may leave out its cookies; the type wants the field.
-    if let Some(fields) = value.as_object_mut() {
-        fields
-            .entry("cookies")
-            .or_insert_with(|| serde_json::json!([]));
-    }
+    // lambda_http writes every field, `cookies` included (empty or not), so the answer is read
+    // once, straight into its own type.
     let r: ApiGatewayV2httpResponse =
-        serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+        serde_json::from_slice(raw).map_err(|e| bad(e.to_string()))?;
     let body = match r.body {
         Some(Body::Text(text)) if r.is_base64_encoded => base64::engine::general_purpose::STANDARD
             .decode(text)
