@@ -63,7 +63,8 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(120, 120, 120),
 ];
 
-/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`; `path`.
+/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`, which
+/// it returns.
 pub fn lines(
     path: PathBuf,
     title: &str,
@@ -75,7 +76,8 @@ pub fn lines(
     })
 }
 
-/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`; `path`.
+/// `panels` side by side, `columns` per row, under `title`, into the SVG file `path`, which
+/// it returns.
 pub fn bars(
     path: PathBuf,
     title: &str,
