@@ -23,12 +23,6 @@ pub const REPLAY_CI: &[&str] = &["--requests", "2000", "--accounts", "200", "--k
 /// What `cargo xtask test` drills.
 pub const DRILL_CI: &[&str] = &["--short"];
 
-/// Issue 19's baseline: the last commit before the guards became tower layers. The bench's
-/// part 3 runs its functions beside today's, so "cold init and peak memory no worse than
-/// before" is judged within one run (the same binary's median init moves by about 2 ms from
-/// run to run, more than the difference in question).
-const EARLIER: &str = "83144cf1550e32ee3ac7febc9ec75c3159c729bc";
-
 /// Part 1's Python side (`bench/powertools_transfer.py`): AWS Lambda Powertools for Python
 /// and boto3; installed into `<cache>/bench-venv`.
 const POWERTOOLS: &[(&str, &str)] = &[("aws-lambda-powertools", "3.37.0"), ("boto3", "1.44.8")];
@@ -51,43 +45,6 @@ pub fn run(command: &str, args: &[String]) -> Result {
 fn functions() -> (Vec<&'static str>, Vec<&'static str>) {
     let names: Vec<&str> = tollgate_catalog::FUNCTIONS.iter().map(|f| f.name).collect();
     (names.iter().flat_map(|name| ["-p", name]).collect(), names)
-}
-
-/// Both functions of [`EARLIER`] in `release` (that commit's profile), from its tree exported
-/// once into the cache (`git archive`: this repository's own history, no worktree registered)
-/// and built there with a target dir of their own; returns their directory.
-fn build_earlier() -> Result<PathBuf> {
-    let cache = util::cache_dir()?;
-    let short = &EARLIER[..12];
-    let tree = cache.join("bench-earlier").join(short);
-    if !tree.join("Cargo.lock").exists() {
-        info(format!("exporting {short} into {}", tree.display()));
-        let (partial, tar) = (tree.with_extension("partial"), tree.with_extension("tar"));
-        let _ = std::fs::remove_dir_all(&partial);
-        std::fs::create_dir_all(&partial)?;
-        let mut archive = Command::new("git");
-        archive
-            .current_dir(util::workspace_root())
-            .args(["archive", "--format=tar", "--output"]);
-        archive.arg(&tar).arg(EARLIER).run().with_context(|| {
-            format!("the bench's earlier build needs commit {EARLIER} in this clone's history (a full clone, not a shallow one)")
-        })?;
-        let mut untar = Command::new("tar");
-        untar.arg("-xf").arg(&tar).arg("-C").arg(&partial).run()?;
-        std::fs::remove_file(&tar)?;
-        let _ = std::fs::remove_dir_all(&tree);
-        std::fs::rename(&partial, &tree)?;
-    }
-    let mut cargo = util::cargo();
-    cargo.current_dir(&tree);
-    cargo.env("CARGO_TARGET_DIR", cache.join("target-earlier"));
-    let (packages, names) = functions();
-    let args = [&["--release", "--locked"], &packages[..]].concat();
-    let bins = util::build_bins(cargo, &args, &names[..1])?;
-    Ok(bins[0]
-        .parent()
-        .context("an earlier function binary has no directory")?
-        .into())
 }
 
 /// Builds the harness and the functions; returns the harness and the functions' directory.
@@ -121,9 +78,6 @@ pub fn stress<S: AsRef<OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Resu
     let debug = args.iter().any(|a| a.as_ref() == "--debug");
     let release = command == "bench" && !debug;
     let (stress, bin_dir) = build(command, release)?;
-    // Part 3 compares with the earlier build: built for every release bench (once, then
-    // cached), whichever parts were asked for, so the harness alone reads the options.
-    let earlier = release.then(build_earlier).transpose()?;
     step(&format!("{command}: dynamodb-local"));
     let log = util::cache_dir()?.join(format!("logs/dynamodb-local-{command}.log"));
     let ddb = dynamodb_local::start(&tools.dynamodb_local, &Storage::InMemory, None, &log)?;
@@ -134,11 +88,6 @@ pub fn stress<S: AsRef<OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Resu
     cmd.arg("--bin-dir").arg(&bin_dir).arg(command).args(args);
     if command == "bench" {
         cmd.args(bench_args(&tools.dynamodb_local)?);
-    }
-    if let Some(dir) = &earlier {
-        cmd.arg("--earlier-bin-dir")
-            .arg(dir)
-            .args(["--earlier-rev", &EARLIER[..12]]);
     }
     util::local_aws(&mut cmd, &ddb.endpoint);
     cmd.run()

@@ -14,52 +14,18 @@ use tollgate::ids::random_hex;
 use tollgate_functions::catalog;
 use tollgate_tests::events::HttpEvent;
 
-use super::stats::{greater_p, ms, quantile, Quantiles};
+use super::stats::{ms, quantile, Quantiles};
 use super::{BenchError, WARMUP};
 use crate::lambda::Pool;
 use crate::limits::Limits;
 use crate::stack::{self, HarnessStack};
 
-/// Fresh processes per function (and per build) for the cold-start figures. The same binary's
-/// median init moves by about 2 ms from run to run (10.5 to 14.5 ms over six runs of one
-/// build): enough starts that a rank test between two builds can tell a real difference.
+/// Fresh processes per function for the cold-start figures. The same binary's median init
+/// moves by about 2 ms from run to run (10.5 to 14.5 ms over six runs of one build).
 const COLD_STARTS: usize = 30;
-/// A build is worse than the earlier one when the one-sided rank test puts its cold inits (or
-/// cold peaks) above the earlier build's with a p-value below this.
-const NO_WORSE_P: f64 = 0.05;
 /// The goal for peak memory, in MB (10^6 bytes, the stricter reading); the template gives each
 /// function 128 MB.
 const MEMORY_GOAL_MB: f64 = 32.0;
-/// Issue 19's baseline, the figures before the guards became a library: each function's median
-/// cold init in ms, and the peak memory of both in MiB. Its goal is "no worse"; the issue gives
-/// whole numbers, so a figure that rounds to at most the baseline meets it.
-const BASELINE_INIT_MS: [(&str, f64); 2] = [
-    (catalog::EPHEMERAL_KEY.name, 13.0),
-    (catalog::TRANSFER.name, 9.0),
-];
-const BASELINE_PEAK_MIB: f64 = 13.0;
-
-/// A function's init and peak memory against [`BASELINE_INIT_MS`] and [`BASELINE_PEAK_MIB`].
-#[derive(Debug, Serialize)]
-pub struct Baseline {
-    pub init_ms: f64,
-    pub peak_mib: f64,
-    pub init_no_worse: bool,
-    pub peak_no_worse: bool,
-}
-
-impl Baseline {
-    fn of(name: &str, init_median_ms: f64, peak_mib: f64) -> Option<Self> {
-        let (_, init_ms) = BASELINE_INIT_MS.iter().find(|(n, _)| *n == name)?;
-        Some(Self {
-            init_ms: *init_ms,
-            peak_mib: BASELINE_PEAK_MIB,
-            init_no_worse: init_median_ms.round() <= *init_ms,
-            peak_no_worse: peak_mib.round() <= BASELINE_PEAK_MIB,
-        })
-    }
-}
-
 /// Limits far above what the benchmark sends: it measures the limiter's work, not its refusals.
 fn limits() -> Limits {
     Limits::new(
@@ -115,20 +81,12 @@ const VARIANTS: &[VariantStack] = &[
     },
 ];
 
-/// Where the function binaries are (`--bin-dir`), the profile they were built with (for the
-/// report), and the same functions built from an earlier commit, measured beside these.
+/// Where the function binaries are (`--bin-dir`), and the profile they were built with (for the
+/// report).
 #[derive(Debug, Clone)]
 pub struct Binaries {
     pub dir: PathBuf,
     pub profile: String,
-    pub earlier: Option<EarlierBuild>,
-}
-
-/// Where an earlier build of both functions is, and the commit it was built from.
-#[derive(Debug, Clone)]
-pub struct EarlierBuild {
-    pub rev: String,
-    pub dir: PathBuf,
 }
 
 /// The event for the `i`-th request of a scenario.
@@ -159,48 +117,6 @@ pub struct FunctionFigures {
     /// The highest peak of any process, in MB and MiB.
     pub peak_mb: f64,
     pub peak_mib: f64,
-    /// Every cold process's init (ms) and peak (MiB), in the order they ran.
-    #[serde(skip)]
-    pub init_ms: Vec<f64>,
-    #[serde(skip)]
-    pub cold_peaks_mib: Vec<f64>,
-    /// Issue 19's fixed figures for this function, if it has them.
-    pub baseline: Option<Baseline>,
-    /// This function against its earlier build, measured in the same run.
-    pub earlier: Option<Earlier>,
-}
-
-/// A function of the earlier build, and whether this build is worse.
-#[derive(Debug, Serialize)]
-pub struct Earlier {
-    pub rev: String,
-    /// Its figures, under the same names as this build's.
-    #[serde(flatten)]
-    pub figures: Box<FunctionFigures>,
-    /// [`greater_p`] of this build's cold inits over the earlier build's, and of the cold
-    /// processes' peaks.
-    pub init_p: f64,
-    pub peak_p: f64,
-    /// Whether this build is no worse: the rank test does not find it slower (or bigger) at
-    /// [`NO_WORSE_P`]. (Not the highest peaks against each other: one process in thirty decides
-    /// those, and two runs of the very same binary differ by 0.1 to 0.3 MiB.)
-    pub init_no_worse: bool,
-    pub peak_no_worse: bool,
-}
-
-impl Earlier {
-    fn compare(mine: &FunctionFigures, earlier: FunctionFigures, rev: &str) -> Self {
-        let init_p = greater_p(&mine.init_ms, &earlier.init_ms);
-        let peak_p = greater_p(&mine.cold_peaks_mib, &earlier.cold_peaks_mib);
-        Self {
-            rev: rev.to_string(),
-            figures: Box::new(earlier),
-            init_p,
-            peak_p,
-            init_no_worse: init_p >= NO_WORSE_P,
-            peak_no_worse: peak_p >= NO_WORSE_P,
-        }
-    }
 }
 
 /// One variant scenario, warm.
@@ -224,9 +140,6 @@ pub struct Figures {
     pub limits: Limits,
     pub variant_limits: Limits,
     pub memory_goal_mb: f64,
-    /// The commit the earlier build was built from, when there was one.
-    pub earlier_rev: Option<String>,
-    pub no_worse_p: f64,
     pub functions: Vec<FunctionFigures>,
     pub variants: Vec<Variant>,
 }
@@ -249,55 +162,20 @@ impl Figures {
 }
 
 pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
-    // Straight to DynamoDB Local: the figures are the functions', not a proxy's. The earlier
-    // build, when there is one, on a stack of its own (its own tables), the same settings.
-    let current = Build::start(&binaries.dir, "bench").await?;
-    let earlier = match &binaries.earlier {
-        Some(e) => Some(Build::start(&e.dir, "bench-earlier").await?),
-        None => None,
-    };
+    // Straight to DynamoDB Local: the figures are the functions', not a proxy's.
+    let build = Build::start(&binaries.dir, "bench").await?;
     let mut functions = Vec::new();
     for (which, name) in FUNCTIONS.into_iter().enumerate() {
-        let mut sides = vec![Side::new(&current, which, binaries.dir.join(name))];
-        if let (Some(build), Some(e)) = (&earlier, &binaries.earlier) {
-            sides.push(Side::new(build, which, e.dir.join(name)));
-        }
-        println!(
-            "part 3: {name}: {COLD_STARTS} cold starts{}",
-            if sides.len() > 1 {
-                " per build, alternating with the earlier build's"
-            } else {
-                ""
-            }
-        );
+        let mut side = Side::new(&build, which, binaries.dir.join(name));
+        println!("part 3: {name}: {COLD_STARTS} cold starts");
         for i in 0..COLD_STARTS {
-            // Which build starts first alternates, so neither always meets the machine as
-            // the other left it.
-            let len = sides.len();
-            for k in 0..len {
-                sides[(i + k) % len].cold_start(i).await?;
-            }
+            side.cold_start(i).await?;
         }
         println!("part 3: {name}: {WARMUP} warm-up + {n} requests per scenario in one process");
-        for side in &mut sides {
-            side.warm(n).await?;
-        }
-        let mut sides = sides.into_iter();
-        let mine = sides.next().expect("the current build's side").figures()?;
-        let against = match (sides.next(), &binaries.earlier) {
-            (Some(side), Some(e)) => Some(Earlier::compare(&mine, side.figures()?, &e.rev)),
-            _ => None,
-        };
-        functions.push(FunctionFigures {
-            baseline: Baseline::of(name, mine.init.median, mine.peak_mib),
-            earlier: against,
-            ..mine
-        });
+        side.warm(n).await?;
+        functions.push(side.figures()?);
     }
-    current.stack.stop(false).await;
-    if let Some(build) = earlier {
-        build.stack.stop(false).await;
-    }
+    build.stack.stop(false).await;
     let mut variants = Vec::new();
     for v in VARIANTS {
         println!("part 3: variants ({})", v.name);
@@ -312,8 +190,6 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
         limits: limits(),
         variant_limits: variant_limits(),
         memory_goal_mb: MEMORY_GOAL_MB,
-        earlier_rev: binaries.earlier.as_ref().map(|e| e.rev.clone()),
-        no_worse_p: NO_WORSE_P,
         functions,
         variants,
     })
@@ -347,7 +223,7 @@ async fn stack(
     .map_err(|e| BenchError::Setup(format!("part 3's {name} stack: {e}")))
 }
 
-/// One build of both functions on a stack of its own, with each function's scenarios (the
+/// Both functions on a stack of their own, with each function's scenarios (the
 /// first is its typical request, the one a cold process serves first).
 struct Build {
     stack: HarnessStack,
@@ -397,7 +273,7 @@ impl Build {
     }
 }
 
-/// One function of one build, and what has been measured of it so far.
+/// One function, and what has been measured of it so far.
 struct Side<'a> {
     name: &'static str,
     function: &'a Pool,
@@ -473,10 +349,6 @@ impl<'a> Side<'a> {
             warm: self.warm,
             peak_mb: peak_mib * 1024.0 * 1024.0 / 1e6,
             peak_mib,
-            init_ms: self.init_ms,
-            cold_peaks_mib: self.cold_peaks_mib,
-            baseline: None,
-            earlier: None,
         })
     }
 }

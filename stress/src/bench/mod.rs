@@ -51,15 +51,6 @@ pub struct Options {
     /// in release), whose report says so.
     #[arg(long)]
     pub debug: bool,
-    /// Part 3: both functions built from an earlier commit (`cargo xtask bench` builds issue
-    /// 19's baseline, the commit before the guards became layers), measured in the same part,
-    /// their cold starts alternating with these binaries', so "no worse than before" is judged
-    /// within one run.
-    #[arg(long, requires = "earlier_rev")]
-    pub earlier_bin_dir: Option<PathBuf>,
-    /// For the report: the commit `--earlier-bin-dir`'s binaries were built from.
-    #[arg(long, requires = "earlier_bin_dir")]
-    pub earlier_rev: Option<String>,
     /// For the report: DynamoDB Local's version.
     #[arg(long, default_value = "unknown")]
     pub dynamodb_local: String,
@@ -204,11 +195,6 @@ pub async fn run(global: &crate::Global, o: Options) -> Result<(), crate::Error>
     let bins = binaries::Binaries {
         dir: bin_dir,
         profile: o.functions_profile().into(),
-        earlier: o
-            .earlier_bin_dir
-            .clone()
-            .zip(o.earlier_rev.clone())
-            .map(|(dir, rev)| binaries::EarlierBuild { rev, dir }),
     };
     if parts.contains(&3) {
         part("part 3: the functions' binaries under the runtime API emulator".into());

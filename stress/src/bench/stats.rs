@@ -71,74 +71,9 @@ impl Quantiles {
     }
 }
 
-/// The one-sided p-value of an exact Mann-Whitney rank test that `a`'s values tend to be
-/// greater than `b`'s: the chance, if both were drawn from the same distribution, of a rank sum
-/// for `a` at least as large as the one measured. Small means "`a` is slower" is hard to put
-/// down to chance. Exact (every ordering of the pooled values counted, by the usual recurrence),
-/// so it holds for the few dozen samples a part measures; a tie counts half, rounded against
-/// `a`. NaN when either side is empty.
-pub fn greater_p(a: &[f64], b: &[f64]) -> f64 {
-    let (m, n) = (a.len(), b.len());
-    if m == 0 || n == 0 {
-        return f64::NAN;
-    }
-    // U: the pairs (x in a, y in b) with x > y, a tie counting half (rounded down: against a).
-    let twice: usize = a
-        .iter()
-        .flat_map(|x| b.iter().map(move |y| (x, y)))
-        .map(|(x, y)| match x.total_cmp(y) {
-            std::cmp::Ordering::Greater => 2,
-            std::cmp::Ordering::Equal => 1,
-            std::cmp::Ordering::Less => 0,
-        })
-        .sum();
-    let u = twice / 2;
-    // ways[j][v]: orderings of i values of a and j of b with U = v (i the outer loop). The
-    // largest of i + j values is either a's (above all j of b's: v - j from i - 1, j) or b's
-    // (nothing added: v from i, j - 1).
-    let mut ways: Vec<Vec<f64>> = (0..=n).map(|_| vec![1.0]).collect();
-    for i in 1..=m {
-        let mut next: Vec<Vec<f64>> = Vec::with_capacity(n + 1);
-        next.push(vec![1.0]);
-        for j in 1..=n {
-            let mut row = vec![0.0; i * j + 1];
-            for (v, w) in ways[j].iter().enumerate() {
-                row[v + j] += w;
-            }
-            for (v, w) in next[j - 1].iter().enumerate() {
-                row[v] += w;
-            }
-            next.push(row);
-        }
-        ways = next;
-    }
-    let all = &ways[n];
-    let total: f64 = all.iter().sum();
-    all[u..].iter().sum::<f64>() / total
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rank_test_p_values_match_the_exact_distribution() {
-        // 3 against 3: 20 orderings, one with U = 9 (all of a above all of b), one with U = 8.
-        let low = [1.0, 2.0, 3.0];
-        let high = [4.0, 5.0, 6.0];
-        assert!((greater_p(&high, &low) - 1.0 / 20.0).abs() < 1e-12);
-        assert!((greater_p(&[3.5, 5.0, 6.0], &[1.0, 2.0, 4.0]) - 2.0 / 20.0).abs() < 1e-12);
-        // The other way round nothing is surprising.
-        assert!((greater_p(&low, &high) - 1.0).abs() < 1e-12);
-        // 10 against 10, a entirely above: 1 / C(20, 10).
-        let a: Vec<f64> = (10..20).map(f64::from).collect();
-        let b: Vec<f64> = (0..10).map(f64::from).collect();
-        assert!((greater_p(&a, &b) - 1.0 / 184_756.0).abs() < 1e-15);
-        // The same values on both sides: about half.
-        let p = greater_p(&b, &b);
-        assert!(p > 0.4 && p < 0.6, "{p}");
-        assert!(greater_p(&[], &b).is_nan());
-    }
 
     #[test]
     fn quantiles_are_measured_values_to_three_significant_digits() {
