@@ -57,10 +57,9 @@ pub enum Goal {
 
 impl Goal {
     pub fn of(code: &str) -> Goal {
-        match code {
-            "ST101" | "ST102" => Goal::No5xx,
-            "ST204" | "ST205" => Goal::Schema,
-            c if ("ST103"..="ST111").contains(&c) && c.len() == 5 => Goal::Schema,
+        match code.strip_prefix("ST").and_then(|n| n.parse::<u16>().ok()) {
+            Some(101 | 102) => Goal::No5xx,
+            Some(103..=111 | 204 | 205) => Goal::Schema,
             _ => Goal::Reported,
         }
     }
@@ -136,7 +135,7 @@ pub struct Run {
     /// Schemathesis' summary of its failures, one group per code, with the goal it counts
     /// against.
     pub failures: Vec<(FailureGroup, Goal)>,
-    /// Requests it could not complete, `title ×count`.
+    /// Errors (requests it could not complete, a document it could not use), `title ×count`.
     pub errors: Vec<String>,
     /// Its warnings, `kind: operations`.
     pub warnings: Vec<String>,
@@ -244,7 +243,7 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
         let _ = std::fs::remove_dir_all(&dir);
     } else {
         eprintln!(
-            "!!! part 4: {} test cases with a 5xx, {} panics logged, {} requests unanswered, {} schema failure groups; Schemathesis' logs and reports are in {}",
+            "!!! part 4: {} test cases with a 5xx, {} panics logged, {} kinds of error, {} schema failure groups; Schemathesis' logs and reports are in {}",
             figures.server_errors, figures.panics, figures.errors, figures.schema_failures, dir.display()
         );
     }
@@ -384,7 +383,8 @@ mod tests {
         assert_eq!(Goal::of("ST101"), Goal::No5xx);
         assert_eq!(Goal::of("ST108"), Goal::Schema);
         assert_eq!(Goal::of("ST205"), Goal::Schema);
-        assert_eq!(Goal::of("ST1080"), Goal::Reported);
+        assert_eq!(Goal::of("ST112"), Goal::Reported);
+        assert_eq!(Goal::of("X108"), Goal::Reported);
         assert_eq!(Goal::of("ST202"), Goal::Reported);
         assert_eq!(Goal::of("ST401"), Goal::Reported);
     }
@@ -406,5 +406,69 @@ mod tests {
         let err = proves_something(&report(0)).unwrap_err();
         assert!(err.contains("POST /session"), "{err}");
         assert!(proves_something(&RunReport::default()).is_err());
+    }
+
+    /// A run whose report has a 5xx, a schema failure, an error and a warning: each reaches the
+    /// figures and the rendered part, through the branches a clean run never renders.
+    #[test]
+    fn a_failing_run_is_counted_and_rendered() {
+        let report: RunReport = serde_json::from_value(serde_json::json!({
+            "complete": true, "seed": 7, "test_cases": {"generated": 12, "with_failures": 3},
+            "failures": [
+                {"code": "ST101", "title": "Server error", "count": 2, "operations": ["POST /session"]},
+                {"code": "ST108", "title": "Response violates schema", "count": 1, "operations": ["POST /session"]},
+                {"code": "ST202", "title": "Schema-valid request rejected", "count": 4, "operations": ["POST /session"]},
+            ],
+            "errors": [{"title": "Network Error", "count": 1}],
+            "valid_rates": {"POST /session": {"examples": {"accepted": 3, "rejected": 1}}},
+            "warnings": {"missing_auth": [], "low_valid_rate": ["POST /session"]},
+        }))
+        .unwrap();
+        let run = Run {
+            name: "session",
+            command: "schemathesis run openapi.yaml".into(),
+            seconds: 1.0,
+            exit: 1,
+            test_cases: TestCases {
+                generated: 12,
+                with_failures: 3,
+                errored: 0,
+            },
+            failures: report
+                .failures
+                .iter()
+                .map(|g| (g.clone(), Goal::of(&g.code)))
+                .collect(),
+            errors: vec!["Network Error ×1".into()],
+            warnings: vec!["low_valid_rate: POST /session".into()],
+        };
+        let mut figures = Schemathesis {
+            limits: limits(),
+            ..Schemathesis::default()
+        };
+        figures.add(run, report);
+        assert_eq!(
+            (
+                figures.server_errors,
+                figures.schema_failures,
+                figures.errors
+            ),
+            (2, 1, 1)
+        );
+        assert_eq!((figures.seed, figures.generated), (Some(7), 12));
+        assert_eq!(figures.acceptance[0].rate.accepted, 3);
+        let template = include_str!("../../../templates/bench-schemathesis.md");
+        let context = serde_json::json!({ "schemathesis": figures });
+        let text = crate::report::render("part 4", template, &[], context).unwrap();
+        for expected in [
+            "| session | ST101 Server error | 2 | `POST /session` | **no 5xx** |",
+            "|  | ST108 Response violates schema | 1 | `POST /session` | **schema** |",
+            "|  | ST202 Schema-valid request rejected | 4 | `POST /session` | reported only |",
+            "- session: error Network Error ×1; warning low_valid_rate: POST /session\n\n### Interp",
+            "2 test cases got a 5xx",
+            "1 kinds of response did not match",
+        ] {
+            assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+        }
     }
 }
