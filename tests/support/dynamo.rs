@@ -179,19 +179,14 @@ pub async fn create_pk_table(ddb: &Client, name: &str) {
         .unwrap_or_else(|e| panic!("create table {name}: {e:?}"));
 }
 
-/// Every item of a table (small test tables only).
+/// Every item of a table, every page, strongly consistent.
 pub async fn scan_all(
     ddb: &Client,
     table: &str,
 ) -> Vec<std::collections::HashMap<String, AttributeValue>> {
-    ddb.scan()
-        .table_name(table)
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .items()
-        .to_vec()
+    let scan = ddb.scan().table_name(table).consistent_read(true);
+    let items = scan.into_paginator().items().send().try_collect().await;
+    items.unwrap_or_else(|e| panic!("scan {table}: {e:?}"))
 }
 
 /// The stored `count` of every rate-limit counter whose key contains `needle`.

@@ -3,34 +3,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodb::Client;
 use tollgate::idempotency::{IdempotencyKey, Record, RecordState, Scope};
 
 use super::plan::Kind;
 use super::run::{LogicalLog, Outcome};
 
 type Item = HashMap<String, AttributeValue>;
-
-/// Every item of a table, all pages.
-pub async fn scan(ddb: &Client, table: &str) -> Vec<Item> {
-    let mut items = Vec::new();
-    let mut start = None;
-    loop {
-        let out = ddb
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("scan {table}: {e:?}"));
-        items.extend(out.items().iter().cloned());
-        match out.last_evaluated_key() {
-            Some(k) if !k.is_empty() => start = Some(k.clone()),
-            _ => return items,
-        }
-    }
-}
 
 fn s<'a>(item: &'a Item, key: &str) -> Option<&'a str> {
     item.get(key)?.as_s().ok().map(String::as_str)

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use serde::Serialize;
-use tollgate_tests::dynamo::Tables;
+use tollgate_tests::dynamo::{self, Tables};
 
 use super::check;
 use super::plan::{fork, Generator, Population};
@@ -206,9 +206,9 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
 
     // Reconcile, reading DynamoDB directly.
     let check_started = Instant::now();
-    let transfers = check::scan(ddb, &tables.transfers).await;
-    let account_items = check::scan(ddb, &tables.accounts).await;
-    let idempotency = check::scan(ddb, &tables.idempotency).await;
+    let transfers = dynamo::scan_all(ddb, &tables.transfers).await;
+    let account_items = dynamo::scan_all(ddb, &tables.accounts).await;
+    let idempotency = dynamo::scan_all(ddb, &tables.idempotency).await;
     let client_ids: Vec<String> = clients.iter().map(|(c, _)| c.clone()).collect();
     let findings = check::reconcile(check::Inputs {
         logs: &logs,
@@ -327,7 +327,7 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
 /// What `--sabotage` does to DynamoDB (directly) before the reconciliation.
 async fn sabotage(ddb: &aws_sdk_dynamodb::Client, tables: &Tables) {
     use aws_sdk_dynamodb::types::AttributeValue;
-    let records = check::scan(ddb, &tables.transfers).await;
+    let records = dynamo::scan_all(ddb, &tables.transfers).await;
     assert!(records.len() >= 2, "too few transfers to sabotage");
     let mut copy = records[0].clone();
     copy.insert("pk".into(), AttributeValue::S("tr_sabotage_copy".into()));

@@ -470,3 +470,28 @@ async fn faults_aimed_at_an_item_and_armed_until_disarmed() {
     assert!(String::from_utf8_lossy(&bodies[1]).contains("\"target\""));
     assert_eq!(bodies[1], bodies[2], "the same request, byte for byte");
 }
+
+/// The support library's `scan_all` (which the tests and the replay's reconciliation read
+/// tables with) reads every page: 12 items of 100 KB are more than one 1 MB page of a scan.
+#[tokio::test]
+async fn scan_all_reads_every_page() {
+    let (ddb, counter) = dynamo::client();
+    let table = unique("pages");
+    dynamo::create_pk_table(&ddb, &table).await;
+    let big = "x".repeat(100_000);
+    for i in 0..12 {
+        let put = ddb
+            .put_item()
+            .table_name(&table)
+            .item("pk", s(&format!("item-{i}")));
+        put.item("payload", s(&big)).send().await.unwrap();
+    }
+    counter.reset();
+    let items = dynamo::scan_all(&ddb, &table).await;
+    assert_eq!(items.len(), 12);
+    assert!(
+        counter.get("Scan") > 1,
+        "one page held them all: {}",
+        counter.get("Scan")
+    );
+}
