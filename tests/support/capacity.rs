@@ -116,11 +116,6 @@ impl OpCapacity {
         self.transact_units += other.transact_units;
     }
 
-    /// Every answer, measured or not.
-    pub fn answers(&self) -> usize {
-        self.measured + self.unmeasured.values().sum::<usize>()
-    }
-
     /// Adds one `TransactWriteItems` request's actions (its `TransactItems`).
     pub fn add_transaction(&mut self, items: &[Value]) {
         for action in items {
@@ -195,11 +190,6 @@ pub fn merge(into: &mut BTreeMap<String, OpCapacity>, from: &BTreeMap<String, Op
 pub struct CapacityMeter(Arc<Mutex<BTreeMap<String, OpCapacity>>>);
 
 impl CapacityMeter {
-    /// Everything so far, by operation.
-    pub fn snapshot(&self) -> BTreeMap<String, OpCapacity> {
-        self.0.lock().unwrap().clone()
-    }
-
     /// Forgets everything so far.
     pub fn reset(&self) {
         self.0.lock().unwrap().clear();

@@ -65,8 +65,7 @@ pub struct Deployed {
     /// The defaults of the `SessionRateLimits` and `TransferRateLimits` parameters.
     pub session_limits: String,
     pub transfer_limits: String,
-    /// How many layers each counts a request in.
-    pub session_layers: usize,
+    /// How many layers a transfer is counted in.
     pub transfer_layers: usize,
 }
 
@@ -98,14 +97,13 @@ impl Deployed {
             let parsed = RateLimits::parse(default).map_err(|e| bad(&e.to_string()))?;
             Ok((default.to_string(), parsed.iter().count()))
         };
-        let (session_limits, session_layers) = limits("SessionRateLimits")?;
+        let (session_limits, _) = limits("SessionRateLimits")?;
         let (transfer_limits, transfer_layers) = limits("TransferRateLimits")?;
         Ok(Self {
             memory_mb,
             architecture,
             session_limits,
             transfer_limits,
-            session_layers,
             transfer_layers,
         })
     }
@@ -273,7 +271,7 @@ mod tests {
         let d = Deployed::read(&text).unwrap();
         assert!(d.memory_mb >= 128);
         assert!(!d.architecture.is_empty());
-        assert!(d.session_layers >= 1 && d.transfer_layers >= 1);
+        assert!(d.transfer_layers >= 1);
         let override_memory = "Globals: {Function: {MemorySize: 128, Architectures: [arm64]}}\nResources: {F: {Properties: {MemorySize: 256}}}\nParameters: {SessionRateLimits: {Default: ip=1/1h}, TransferRateLimits: {Default: ip=1/1h}}";
         assert!(Deployed::read(override_memory).is_err());
     }

@@ -90,7 +90,6 @@ struct RunReport {
 pub struct TestCases {
     pub generated: u64,
     pub with_failures: u64,
-    pub errored: u64,
 }
 
 /// Schemathesis' failures (or errors) of one kind (its code and title), over a run.
@@ -432,7 +431,6 @@ mod tests {
             test_cases: TestCases {
                 generated: 12,
                 with_failures: 3,
-                errored: 0,
             },
             failures: report
                 .failures
