@@ -18,7 +18,8 @@ fn n(item: &Item, key: &str) -> Option<i128> {
     item.get(key)?.as_n().ok()?.parse().ok()
 }
 
-/// One check and what broke it.
+/// One check and what broke it (the report shows the first 20 violations).
+#[derive(serde::Serialize)]
 pub struct Check {
     pub name: &'static str,
     pub checked: usize,

@@ -48,37 +48,18 @@ pub struct Figures {
     seen: String,
     operations: Vec<&'static str>,
     faults: Vec<(&'static str, Vec<String>)>,
-    kills: Vec<Kill>,
+    kills: Vec<run::Kill>,
     records: usize,
     acknowledged: usize,
     total_initial: u64,
     total_final: i128,
-    checks: Vec<Check>,
+    checks: Vec<check::Check>,
     kill_failures: usize,
     limits: String,
     sequences: sequences::Counts,
     sequence_rounds: usize,
     sequence_requests: usize,
     sequence_s: String,
-}
-
-#[derive(Serialize)]
-struct Kill {
-    at_request: usize,
-    pid: u32,
-    instances: usize,
-    /// Seconds until the new process polled, or `None` and `error`.
-    replaced_s: Option<String>,
-    error: Option<String>,
-}
-
-#[derive(Serialize)]
-struct Check {
-    name: &'static str,
-    checked: usize,
-    violations: usize,
-    /// The first 20, then "… and N more".
-    examples: Vec<String>,
 }
 
 /// Runs the day on `stack`.
@@ -223,7 +204,7 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
     let check_time = check_started.elapsed();
 
     // The figures.
-    let kill_failures = kills.iter().filter(|k| k.restart.is_err()).count();
+    let kill_failures = kills.iter().filter(|k| k.error.is_some()).count();
     let violations: usize = findings
         .checks
         .iter()
@@ -285,36 +266,12 @@ pub async fn day(o: &Options, stack: &HarnessStack) -> Figures {
                 (*name, cells)
             })
             .collect(),
-        kills: kills
-            .iter()
-            .map(|k| Kill {
-                at_request: k.at_request,
-                pid: k.pid,
-                instances: k.instances,
-                replaced_s: k.restart.as_ref().ok().map(|d| secs(*d)),
-                error: k.restart.as_ref().err().cloned(),
-            })
-            .collect(),
+        kills,
         records: findings.records,
         acknowledged: findings.acknowledged,
         total_initial: findings.total_initial,
         total_final: findings.total_final,
-        checks: findings
-            .checks
-            .iter()
-            .map(|c| {
-                let mut examples: Vec<String> = c.violations.iter().take(20).cloned().collect();
-                if c.violations.len() > 20 {
-                    examples.push(format!("… and {} more", c.violations.len() - 20));
-                }
-                Check {
-                    name: c.name,
-                    checked: c.checked,
-                    violations: c.violations.len(),
-                    examples,
-                }
-            })
-            .collect(),
+        checks: findings.checks,
         kill_failures,
         limits: sequences::limits(),
         sequences: seq_counts,

@@ -538,14 +538,16 @@ pub async fn arm_faults(
     log
 }
 
-/// One kill of a `transfer` process.
-#[derive(Debug, Clone)]
+/// One kill of a `transfer` process, as the report shows it.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Kill {
     pub at_request: usize,
     pub pid: u32,
     pub instances: usize,
-    /// How long until a new process polled for work, or why none did.
-    pub restart: Result<Duration, String>,
+    /// Seconds until a new process polled for work (`None`: see `error`).
+    pub replaced_s: Option<String>,
+    /// Why no new process polled.
+    pub error: Option<String>,
 }
 
 /// At evenly spaced points of the run, SIGKILLs one `transfer` process (its invocation in
@@ -571,7 +573,7 @@ pub async fn kill_processes(
             true => 0,
             false => pids[rng.usize(..pids.len())],
         };
-        let restart = if pids.is_empty() {
+        let restart: Result<Duration, String> = if pids.is_empty() {
             Err("no transfer process was running".into())
         } else if let Err(e) = transfer.kill(pid).await {
             Err(e.to_string())
@@ -586,7 +588,11 @@ pub async fn kill_processes(
             at_request,
             pid,
             instances: pids.len(),
-            restart,
+            replaced_s: restart
+                .as_ref()
+                .ok()
+                .map(|d| format!("{:.1}", d.as_secs_f64())),
+            error: restart.err(),
         });
     }
     done
