@@ -15,7 +15,7 @@
 mod stack;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -224,10 +224,11 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
         }
         let dir = dir.clone();
         // Schemathesis runs for a while; the front and the pool keep serving meanwhile.
-        let (run, report) = tokio::task::spawn_blocking(move || schemathesis(cmd, &dir, caller))
-            .await
-            .map_err(|e| BenchError::Setup(format!("the Schemathesis task: {e}")))??;
-        figures.add(run, report);
+        let (seconds, report) =
+            tokio::task::spawn_blocking(move || schemathesis(cmd, &dir, caller))
+                .await
+                .map_err(|e| BenchError::Setup(format!("the Schemathesis task: {e}")))??;
+        figures.add(caller, seconds, report);
     }
     figures.panics = stack.stop().await;
     figures.no_5xx = figures.server_errors == 0 && figures.panics == 0 && figures.errors == 0;
@@ -250,9 +251,15 @@ pub async fn run(binaries: &Binaries, cli: &Path) -> Result<Schemathesis, BenchE
 }
 
 impl Schemathesis {
-    /// Adds one run's report to the figures.
-    fn add(&mut self, mut run: Run, report: RunReport) {
-        for (group, goal) in &run.failures {
+    /// Adds the report of the run of caller `name`, which took `seconds`, to the figures.
+    fn add(&mut self, name: &'static str, seconds: f64, report: RunReport) {
+        let failures: Vec<(FailureGroup, Goal)> = (report.failures.into_iter())
+            .map(|g| {
+                let goal = Goal::of(&g.code);
+                (g, goal)
+            })
+            .collect();
+        for (group, goal) in &failures {
             match goal {
                 Goal::No5xx => self.server_errors += group.count,
                 Goal::Schema => self.schema_failures += 1,
@@ -267,18 +274,34 @@ impl Schemathesis {
                 rate.conflicts += r.conflicts;
                 rate.rejected += r.rejected;
             }
-            let name = run.name;
+            let run = name;
             self.acceptance.push(Acceptance {
-                run: name,
+                run,
                 operation,
                 rate,
             });
         }
+        let errors = report
+            .errors
+            .iter()
+            .map(|e| format!("{} ×{}", e.title, e.count));
+        // Every warning kind is listed, most with no operation.
+        let warnings = report.warnings.iter().filter(|(_, ops)| !ops.is_empty());
+        let warnings = warnings.map(|(kind, ops)| format!("{kind}: {}", ops.join(", ")));
+        let run = Run {
+            name,
+            command: report.command.replacen("st ", "schemathesis ", 1),
+            seconds,
+            exit: report.exit_code,
+            test_cases: report.test_cases,
+            failures,
+            errors: errors.collect(),
+            warnings: warnings.collect(),
+        };
         self.seed = self.seed.or(report.seed);
         self.generated += run.test_cases.generated;
-        self.seconds += run.seconds;
+        self.seconds += seconds;
         self.errors += run.errors.len();
-        run.warnings.sort();
         self.runs.push(run);
     }
 }
@@ -287,12 +310,13 @@ fn last_word(line: String) -> String {
     line.rsplit(' ').next().unwrap_or("unknown").to_string()
 }
 
-/// Runs one caller's Schemathesis and reads its report.
+/// Runs one caller's Schemathesis and reads its report; returns how long it took, and the report
+/// with the command's paths relative to the workspace.
 fn schemathesis(
     mut cmd: Command,
     dir: &Path,
     caller: &'static str,
-) -> Result<(Run, RunReport), BenchError> {
+) -> Result<(f64, RunReport), BenchError> {
     let log = dir.join(format!("{caller}.log"));
     let out = std::fs::File::create(&log).map_err(BenchError::io(log.display()))?;
     let err = out.try_clone().map_err(BenchError::io(log.display()))?;
@@ -314,7 +338,7 @@ fn schemathesis(
             tail: lines[lines.len().saturating_sub(30)..].join("\n"),
         }
     };
-    let path: PathBuf = dir.join(format!("{caller}.json"));
+    let path = dir.join(format!("{caller}.json"));
     let text =
         std::fs::read_to_string(&path).map_err(|e| broken(format!("wrote no JSON report: {e}")))?;
     let mut report: RunReport =
@@ -331,28 +355,7 @@ fn schemathesis(
             .command
             .replace(&format!("{}/", prefix.display()), "");
     }
-    let warnings = report.warnings.iter().filter(|(_, ops)| !ops.is_empty());
-    let run = Run {
-        name: caller,
-        command: report.command.replacen("st ", "schemathesis ", 1),
-        seconds,
-        exit: report.exit_code,
-        test_cases: std::mem::take(&mut report.test_cases),
-        failures: report
-            .failures
-            .iter()
-            .map(|g| (g.clone(), Goal::of(&g.code)))
-            .collect(),
-        errors: report
-            .errors
-            .iter()
-            .map(|e| format!("{} ×{}", e.title, e.count))
-            .collect(),
-        warnings: warnings
-            .map(|(k, ops)| format!("{k}: {}", ops.join(", ")))
-            .collect(),
-    };
-    Ok((run, report))
+    Ok((seconds, report))
 }
 
 /// Err unless every operation but the preflights (405 here: CORS is off) accepted one of its
@@ -407,7 +410,7 @@ mod tests {
         assert!(proves_something(&RunReport::default()).is_err());
     }
 
-    /// A run whose report has a 5xx, a schema failure, an error and a warning: each reaches the
+    /// A report with a 5xx, a schema failure, an error and warnings: each reaches the
     /// figures and the rendered part, through the branches a clean run never renders.
     #[test]
     fn a_failing_run_is_counted_and_rendered() {
@@ -423,28 +426,11 @@ mod tests {
             "warnings": {"missing_auth": [], "low_valid_rate": ["POST /session"]},
         }))
         .unwrap();
-        let run = Run {
-            name: "session",
-            command: "schemathesis run openapi.yaml".into(),
-            seconds: 1.0,
-            exit: 1,
-            test_cases: TestCases {
-                generated: 12,
-                with_failures: 3,
-            },
-            failures: report
-                .failures
-                .iter()
-                .map(|g| (g.clone(), Goal::of(&g.code)))
-                .collect(),
-            errors: vec!["Network Error ×1".into()],
-            warnings: vec!["low_valid_rate: POST /session".into()],
-        };
         let mut figures = Schemathesis {
             limits: limits(),
             ..Schemathesis::default()
         };
-        figures.add(run, report);
+        figures.add("session", 1.0, report);
         assert_eq!(
             (
                 figures.server_errors,
