@@ -18,11 +18,9 @@ pub mod replay;
 pub mod report;
 pub mod stack;
 
-/// The workspace this binary was built from: where `openapi.yaml`, the Powertools script and
-/// `docs/` (the reports' default homes) are.
-pub fn workspace_root() -> std::path::PathBuf {
-    std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
+/// The workspace (`tollgate_tests::workspace_root`, found when the harness runs): where
+/// `openapi.yaml`, the Powertools script and `docs/` (the reports' default homes) are.
+pub use tollgate_tests::workspace_root;
 
 use clap::{Parser, Subcommand};
 

@@ -57,8 +57,8 @@ pub(crate) fn cli_dir() -> PathBuf {
 #[ignore = "needs the local stack: run by cargo xtask test"]
 fn the_readme_examples_work_as_written() {
     let _one_at_a_time = session_lock();
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let readme = tollgate_tests::workspace_root().join("README.md");
+    let readme = std::fs::read_to_string(readme).unwrap();
     let commands = readme_commands(&readme);
 
     let scratch = std::env::temp_dir().join(format!("tollgate-readme-{}", std::process::id()));

@@ -33,11 +33,7 @@ pub struct Demo {
 pub fn stack_file() -> PathBuf {
     match std::env::var_os("TOLLGATE_STACK_FILE").filter(|v| !v.is_empty()) {
         Some(path) => PathBuf::from(path),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("tests/ lives in the repository")
-            .join(".dev")
-            .join("stack.json"),
+        None => tollgate_tests::workspace_root().join(".dev/stack.json"),
     }
 }
 

@@ -101,7 +101,7 @@ pub fn unique_prefix() -> String {
 pub fn template_tables() -> &'static [TableDef] {
     static DEFS: OnceLock<Vec<TableDef>> = OnceLock::new();
     DEFS.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml");
+        let path = crate::workspace_root().join("template.yaml");
         let text = std::fs::read_to_string(path).expect("template.yaml is readable");
         template::table_definitions(&text).expect("template.yaml defines its tables")
     })

@@ -20,6 +20,7 @@ pub mod session;
 pub mod ssm;
 pub mod transfer;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tollgate::clock::{ManualClock, SharedClock};
@@ -59,6 +60,26 @@ impl tollgate::clock::Clock for TickingClock {
     }
 }
 
+/// The workspace root (`template.yaml`, `openapi.yaml`, `README.md`): the nearest directory with
+/// a `Cargo.lock` at or above the running package's `CARGO_MANIFEST_DIR`, read when the code runs
+/// (`cargo test` and `cargo run` set it; `cargo xtask` passes its own to the harness). Not the
+/// compiled-in value, but as the fallback: clones that share a target directory (the cache in
+/// `$HOME` is one) share its binaries, and a clone whose files are older than another clone's
+/// build does not rebuild them, so a compiled-in path can be the other clone's: its README and
+/// template read in place of this one's, or a panic once it is deleted.
+pub fn workspace_root() -> PathBuf {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR");
+    let dir = dir.map_or(env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
+    root_above(&dir).unwrap_or(dir)
+}
+
+/// The nearest directory with a `Cargo.lock` at or above `dir`.
+fn root_above(dir: &Path) -> Option<PathBuf> {
+    let mut dirs = dir.ancestors();
+    dirs.find(|d| d.join("Cargo.lock").is_file())
+        .map(Path::to_path_buf)
+}
+
 /// The response body as JSON.
 pub fn json_body(resp: &lambda_http::Response<lambda_http::Body>) -> serde_json::Value {
     serde_json::from_slice(resp.body().as_ref()).unwrap_or_else(|e| {
@@ -72,4 +93,23 @@ pub fn json_body(resp: &lambda_http::Response<lambda_http::Body>) -> serde_json:
 /// The response body as text.
 pub fn text_body(resp: &lambda_http::Response<lambda_http::Body>) -> String {
     String::from_utf8_lossy(resp.body().as_ref()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_is_the_nearest_directory_with_a_lock_file() {
+        let clone = std::env::temp_dir().join(format!("tollgate-root-{}", std::process::id()));
+        let member = clone.join("functions/transfer");
+        std::fs::create_dir_all(&member).unwrap();
+        std::fs::write(clone.join("Cargo.lock"), "").unwrap();
+        assert_eq!(root_above(&member), Some(clone.clone()));
+        assert_eq!(root_above(&clone), Some(clone.clone()));
+        std::fs::remove_dir_all(&clone).unwrap();
+        assert_eq!(root_above(&member), None, "no lock file above: none");
+        let here = workspace_root();
+        assert!(here.join("template.yaml").is_file(), "{}", here.display());
+    }
 }

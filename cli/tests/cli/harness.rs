@@ -2,7 +2,7 @@
 //! a directory of its own, the table variables set, and a manual clock.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
@@ -16,7 +16,7 @@ use tollgate_tests::{dynamo, manual_clock};
 
 /// The project's SAM template.
 pub fn template_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml")
+    tollgate_tests::workspace_root().join("template.yaml")
 }
 
 /// The template's table definitions.

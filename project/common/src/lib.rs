@@ -114,7 +114,10 @@ mod library_names {
     /// tables, limits variables or routes may appear in it (its sources, manifest, README).
     #[test]
     fn the_guard_crate_names_nothing_of_this_deployment() {
-        let library = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared");
+        // Where cargo runs this test from, not the compiled-in path (another clone's, when
+        // clones share a target directory: see `tollgate_tests::workspace_root`).
+        let here = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+        let library = Path::new(&here).join("../../shared");
         let mut files = Vec::new();
         sources(&library.join("src"), &mut files);
         for extra in ["Cargo.toml", "README.md"] {

@@ -9,10 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The workspace root, where `template.yaml` and `samconfig.toml` live.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests package lives one level below the workspace root")
-        .to_path_buf()
+    tollgate_tests::workspace_root()
 }
 
 /// `template.yaml` at the workspace root.

@@ -92,8 +92,9 @@ fn fragment(pointer: &str) -> String {
 
 impl Spec {
     fn load() -> Spec {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml");
-        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let file = tollgate_tests::workspace_root().join("openapi.yaml");
+        let path = file.display();
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{path}: {e}"));
         let doc: Value =
             serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"));
 
