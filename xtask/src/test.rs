@@ -4,12 +4,16 @@
 //! msrv, features, doc and package checks ([`crate::package`]) → DynamoDB Local → `cargo test` →
 //! the web client's `tsc` and `node --test` → end-to-end tests against a
 //! private dev stack → browser tests in headless Chromium against another
-//! (skipped with `--no-browser`) → a 2,000-request replay
+//! (skipped with `--no-browser`); beside those two, a 2,000-request replay
 //! (`cargo xtask replay`, skipped with `--no-replay`) → the short attack drills
-//! (`cargo xtask drill --short`, skipped with `--no-drill`).
+//! (`cargo xtask drill --short`, skipped with `--no-drill`), whose output follows theirs.
 //! A failing step does not stop the run: one pass reports everything that
 //! is wrong. The exit status is non-zero if any step failed.
 
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::dynamodb_local::{self, Storage};
@@ -55,7 +59,7 @@ pub fn run(args: Args) -> Result {
         info(format!("setup took {secs:.1}s"));
         tools
     });
-    let failed = std::cell::RefCell::new(Vec::new());
+    let failed = Mutex::new(Vec::new());
     // Runs a step unless it is off or Ctrl-C arrived, and says how long it took (so a slow CI
     // run shows where its time went); a failure is reported right away and recorded, and the
     // run carries on.
@@ -69,7 +73,7 @@ pub fn run(args: Args) -> Result {
         info(format!("{name} step took {secs:.1}s"));
         if let Err(e) = result {
             eprintln!("error: {e:#}");
-            failed.borrow_mut().push(name);
+            failed.lock().unwrap().push(name);
         }
     };
     let cargo = |args: &str| util::cargo().args(args.split(' ')).run();
@@ -102,31 +106,49 @@ pub fn run(args: Args) -> Result {
     let installed = setup.join();
     let installed = installed.unwrap_or_else(|_| bail!("the installing thread panicked"));
     let Ok(tools) = installed.inspect_err(|e| eprintln!("error: setup: {e:#}")) else {
-        failed.borrow_mut().push("setup");
-        bail!("failed: {}", failed.borrow().join(", "));
+        failed.lock().unwrap().push("setup");
+        bail!("failed: {}", failed.lock().unwrap().join(", "));
     };
     check("test", true, &|| workspace_tests(&tools, &args.test_args));
     check("web", true, &|| {
         step("web: tsc and unit tests");
         browser::unit(&tools)
     });
-    check("e2e", !args.no_e2e, &|| end_to_end(&tools));
-    check("browser", !args.no_browser, &|| {
-        browser::browser(&tools, None)
+    // The replay and the drills spend most of their time waiting (paced traffic, windows), as
+    // do the e2e and browser tests: the two pairs run side by side, each on a stack of its own,
+    // which takes about a minute off a run. The replay's and the drills' output is kept in a
+    // file each and shown after the e2e and browser tests', so neither is cut into the other.
+    let beside = [
+        // A 2,000-request day of hostile transfer traffic, reconciled (`cargo xtask replay`).
+        ("replay", !args.no_replay, stress::REPLAY_CI),
+        // Attack drills against the limits, short windows (`cargo xtask drill --short`).
+        ("drill", !args.no_drill, stress::DRILL_CI),
+    ];
+    let logs = util::cache_dir()?.join("logs");
+    let log = |name: &str| logs.join(format!("test-{name}.out"));
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for (name, on, args) in beside {
+                let _ = fs::remove_file(log(name));
+                check(name, on, &|| beside_step(name, args, &log(name)));
+            }
+        });
+        check("e2e", !args.no_e2e, &|| end_to_end(&tools));
+        check("browser", !args.no_browser, &|| {
+            browser::browser(&tools, None)
+        });
     });
-    // A 2,000-request day of hostile transfer traffic, reconciled (`cargo xtask replay`).
-    check("replay", !args.no_replay, &|| {
-        step("replay");
-        stress::stress(&tools, "replay", stress::REPLAY_CI)
-    });
-    // Attack drills against the limits, short windows (`cargo xtask drill --short`).
-    check("drill", !args.no_drill, &|| {
-        step("drill");
-        stress::stress(&tools, "drill", stress::DRILL_CI)
-    });
+    for (name, ..) in beside {
+        if let Ok(output) = fs::read_to_string(log(name)) {
+            step(&format!(
+                "{name}: its output (it ran beside e2e and browser)"
+            ));
+            eprint!("{output}");
+        }
+    }
 
     util::interrupted()?;
-    let failed = failed.into_inner();
+    let failed = failed.into_inner().unwrap();
     if !failed.is_empty() {
         bail!("failed: {}", failed.join(", "));
     }
@@ -162,6 +184,20 @@ fn workspace_tests(tools: &Tools, args: &[String]) -> Result {
     let result = cmd.env("PATH", util::path_with(&tools.venv_bin)?).run();
     step("dynamodb-local: stop");
     result
+}
+
+/// `cargo xtask <name> <args>` as a child of its own, its output (the build's, the harness's
+/// progress and report) written to `log`; Err when it fails.
+fn beside_step(name: &str, args: &[&str], log: &Path) -> Result {
+    step(&format!(
+        "{name}: started beside e2e and browser, output in {}",
+        log.display()
+    ));
+    fs::create_dir_all(log.parent().unwrap_or(log))?;
+    let out = fs::File::create(log)?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg(name).args(args).stdin(Stdio::null());
+    cmd.stdout(out.try_clone()?).stderr(out).run()
 }
 
 /// Whether cargo's own arguments (those before a `--`) name a package: `-p X`, `-pX`,
