@@ -4,8 +4,8 @@
 //! msrv, features, doc and package checks ([`crate::package`]) → DynamoDB Local → `cargo test` →
 //! the web client's `tsc` and `node --test` → end-to-end tests against a
 //! private dev stack → browser tests in headless Chromium against another
-//! (skipped with `--no-browser`); beside those two, a 2,000-request replay
-//! (`cargo xtask replay`, skipped with `--no-replay`) → the short attack drills
+//! (skipped with `--no-browser`); beside those two and each other, a 2,000-request replay
+//! (`cargo xtask replay`, skipped with `--no-replay`) and the short attack drills
 //! (`cargo xtask drill --short`, skipped with `--no-drill`), whose output follows theirs.
 //! A failing step does not stop the run: one pass reports everything that
 //! is wrong. The exit status is non-zero if any step failed.
@@ -115,8 +115,8 @@ pub fn run(args: Args) -> Result {
         browser::unit(&tools)
     });
     // The replay and the drills spend most of their time waiting (paced traffic, windows), as
-    // do the e2e and browser tests: the two pairs run side by side, each on a stack of its own,
-    // which takes about a minute off a run. The replay's and the drills' output is kept in a
+    // do the e2e and browser tests: the replay, the drills and the e2e then browser tests run
+    // side by side, each on a stack of its own, which takes about a minute and a half off a run. The replay's and the drills' output is kept in a
     // file each and shown after the e2e and browser tests', so neither is cut into the other.
     let beside = [
         // A 2,000-request day of hostile transfer traffic, reconciled (`cargo xtask replay`).
@@ -127,12 +127,11 @@ pub fn run(args: Args) -> Result {
     let logs = util::cache_dir()?.join("logs");
     let log = |name: &str| logs.join(format!("test-{name}.out"));
     std::thread::scope(|scope| {
-        scope.spawn(|| {
-            for (name, on, args) in beside {
-                let _ = fs::remove_file(log(name));
-                check(name, on, &|| beside_step(name, args, &log(name)));
-            }
-        });
+        let (check, log) = (&check, &log);
+        for (name, on, args) in beside {
+            let _ = fs::remove_file(log(name));
+            scope.spawn(move || check(name, on, &|| beside_step(name, args, &log(name))));
+        }
         check("e2e", !args.no_e2e, &|| end_to_end(&tools));
         check("browser", !args.no_browser, &|| {
             browser::browser(&tools, None)
