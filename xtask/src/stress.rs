@@ -74,7 +74,7 @@ fn build(command: &str, release: bool) -> Result<(PathBuf, PathBuf)> {
 
 /// Builds and runs `tollgate-stress <command> <args>` against a fresh in-memory DynamoDB
 /// Local; Err when the harness fails (a violation, or a stack that would not work).
-fn stress<S: AsRef<OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Result {
+pub fn stress<S: AsRef<OsStr>>(tools: &Tools, command: &str, args: &[S]) -> Result {
     let debug = args.iter().any(|a| a.as_ref() == "--debug");
     let release = command == "bench" && !debug;
     let (stress, bin_dir) = build(command, release)?;
