@@ -100,6 +100,19 @@ struct Scenario {
     event: Event,
 }
 
+impl Scenario {
+    /// A scenario whose answer is not a replay.
+    fn new(name: &'static str, expect: u16, event: Event) -> Self {
+        let replayed = false;
+        Self {
+            name,
+            expect,
+            replayed,
+            event,
+        }
+    }
+}
+
 /// One function's figures.
 #[derive(Debug, Serialize)]
 pub struct FunctionFigures {
@@ -166,14 +179,7 @@ pub async fn run(binaries: &Binaries, n: usize) -> Result<Figures, BenchError> {
     let build = Build::start(&binaries.dir, "bench").await?;
     let mut functions = Vec::new();
     for (which, name) in FUNCTIONS.into_iter().enumerate() {
-        let mut side = Side::new(&build, which, binaries.dir.join(name));
-        println!("part 3: {name}: {COLD_STARTS} cold starts");
-        for i in 0..COLD_STARTS {
-            side.cold_start(i).await?;
-        }
-        println!("part 3: {name}: {WARMUP} warm-up + {n} requests per scenario in one process");
-        side.warm(n).await?;
-        functions.push(side.figures()?);
+        functions.push(function(&build, which, &binaries.dir.join(name), n).await?);
     }
     build.stack.stop(false).await;
     let mut variants = Vec::new();
@@ -248,21 +254,19 @@ impl Build {
         let transfer_scenarios = vec![
             new,
             again,
-            Scenario {
-                name: "`GET /accounts/{id}`",
-                expect: 200,
-                replayed: false,
-                event: Arc::new(move |_| HttpEvent::get(&account).header("authorization", &auth)),
-            },
+            Scenario::new(
+                "`GET /accounts/{id}`",
+                200,
+                Arc::new(move |_| HttpEvent::get(&account).header("authorization", &auth)),
+            ),
             not_found(),
         ];
         let session_scenarios = vec![
-            Scenario {
-                name: SESSION,
-                expect: 200,
-                replayed: false,
-                event: Arc::new(|_| HttpEvent::post("/session").json(&serde_json::json!({}))),
-            },
+            Scenario::new(
+                SESSION,
+                200,
+                Arc::new(|_| HttpEvent::post("/session").json(&serde_json::json!({}))),
+            ),
             not_found(),
         ];
         Ok(Self {
@@ -273,84 +277,50 @@ impl Build {
     }
 }
 
-/// One function, and what has been measured of it so far.
-struct Side<'a> {
-    name: &'static str,
-    function: &'a Pool,
-    binary: PathBuf,
-    scenarios: &'a [Scenario],
-    init_ms: Vec<f64>,
-    first_ms: Vec<f64>,
-    cold_peaks_mib: Vec<f64>,
-    warm: Vec<(&'static str, Quantiles)>,
-    warm_requests: usize,
-    warm_peak_mib: f64,
-}
-
-impl<'a> Side<'a> {
-    fn new(build: &'a Build, which: usize, binary: PathBuf) -> Self {
-        Self {
-            name: FUNCTIONS[which],
-            function: &build.pools[which],
-            binary,
-            scenarios: &build.scenarios[which],
-            init_ms: Vec::new(),
-            first_ms: Vec::new(),
-            cold_peaks_mib: Vec::new(),
-            warm: Vec::new(),
-            warm_requests: 0,
-            warm_peak_mib: 0.0,
-        }
-    }
-
-    /// The `i`-th cold start: a fresh process, its init, its first request, its peak; then
-    /// it is killed.
-    async fn cold_start(&mut self, i: usize) -> Result<(), BenchError> {
+/// One function: [`COLD_STARTS`] cold starts (a fresh process each: its init, its first
+/// request, its peak; then killed), then one long-lived process through every scenario, and
+/// its peak.
+async fn function(
+    build: &Build,
+    which: usize,
+    binary: &Path,
+    n: usize,
+) -> Result<FunctionFigures, BenchError> {
+    let (name, scenarios) = (FUNCTIONS[which], &build.scenarios[which]);
+    let pool: &Pool = &build.pools[which];
+    println!("part 3: {name}: {COLD_STARTS} cold starts");
+    let (mut init_ms, mut first_ms, mut cold_peak_mib) = (Vec::new(), Vec::new(), 0.0_f64);
+    for i in 0..COLD_STARTS {
         let t = Instant::now();
-        let pid = self.function.spawn_instance().await?;
-        self.init_ms.push(ms(t.elapsed()));
-        self.first_ms
-            .push(invoke(self.function, &self.scenarios[0], usize::MAX - i).await?);
-        self.cold_peaks_mib.push(peak_mib(pid)?);
-        self.function.kill(pid).await?;
-        Ok(())
+        let pid = pool.spawn_instance().await?;
+        init_ms.push(ms(t.elapsed()));
+        first_ms.push(invoke(pool, &scenarios[0], usize::MAX - i).await?);
+        cold_peak_mib = cold_peak_mib.max(peak_mib(pid)?);
+        pool.kill(pid).await?;
     }
-
-    /// One long-lived process through every scenario, then its peak.
-    async fn warm(&mut self, n: usize) -> Result<(), BenchError> {
-        let pid = self.function.spawn_instance().await?;
-        for scenario in self.scenarios {
-            self.warm.push((
-                scenario.name,
-                warm_latency(self.function, scenario, n).await?,
-            ));
-        }
-        self.warm_requests = self.scenarios.len() * (n + WARMUP);
-        self.warm_peak_mib = peak_mib(pid)?;
-        self.function.stop().await;
-        Ok(())
+    println!("part 3: {name}: {WARMUP} warm-up + {n} requests per scenario in one process");
+    let pid = pool.spawn_instance().await?;
+    let mut warm = Vec::new();
+    for scenario in scenarios {
+        warm.push((scenario.name, warm_latency(pool, scenario, n).await?));
     }
-
-    fn figures(self) -> Result<FunctionFigures, BenchError> {
-        let size = std::fs::metadata(&self.binary)
-            .map_err(BenchError::io(self.binary.display()))?
-            .len();
-        let cold_peak_mib = self.cold_peaks_mib.iter().copied().fold(0.0, f64::max);
-        let peak_mib = cold_peak_mib.max(self.warm_peak_mib);
-        Ok(FunctionFigures {
-            name: self.name,
-            size_mib: size as f64 / (1024.0 * 1024.0),
-            init: Quantiles::of(&self.init_ms),
-            first_scenario: self.scenarios[0].name,
-            first_median: quantile(&self.first_ms, 0.5),
-            cold_peak_mib,
-            warm_peak_mib: self.warm_peak_mib,
-            warm_requests: self.warm_requests,
-            warm: self.warm,
-            peak_mb: peak_mib * 1024.0 * 1024.0 / 1e6,
-            peak_mib,
-        })
-    }
+    let warm_peak_mib = peak_mib(pid)?;
+    pool.stop().await;
+    let size = std::fs::metadata(binary).map_err(BenchError::io(binary.display()))?;
+    let peak_mib = cold_peak_mib.max(warm_peak_mib);
+    Ok(FunctionFigures {
+        name,
+        size_mib: size.len() as f64 / (1024.0 * 1024.0),
+        init: Quantiles::of(&init_ms),
+        first_scenario: scenarios[0].name,
+        first_median: quantile(&first_ms, 0.5),
+        cold_peak_mib,
+        warm_peak_mib,
+        warm_requests: scenarios.len() * (n + WARMUP),
+        warm,
+        peak_mb: peak_mib * 1024.0 * 1024.0 / 1e6,
+        peak_mib,
+    })
 }
 
 /// `POST /transfers` of 1 between the fixture's two accounts under key `<run>-<i>` as the
@@ -367,17 +337,10 @@ fn new_and_replay(fixture: &stack::Seeded, replay: &'static str) -> [Scenario; 2
             .json(&serde_json::json!({"from": from, "to": to, "amount": 1, "memo": format!("bench {i}")}))
     });
     [
+        Scenario::new(NEW_TRANSFER, 201, event.clone()),
         Scenario {
-            name: NEW_TRANSFER,
-            expect: 201,
-            replayed: false,
-            event: event.clone(),
-        },
-        Scenario {
-            name: replay,
-            expect: 201,
             replayed: true,
-            event,
+            ..Scenario::new(replay, 201, event)
         },
     ]
 }
@@ -451,18 +414,8 @@ async fn run_variant(
             .json(&serde_json::json!({}))
     });
     let (first, refusals) = (
-        Scenario {
-            name: SESSION,
-            expect: 200,
-            replayed: false,
-            event: post.clone(),
-        },
-        Scenario {
-            name: refused,
-            expect: 429,
-            replayed: false,
-            event: post,
-        },
+        Scenario::new(SESSION, 200, post.clone()),
+        Scenario::new(refused, 429, post),
     );
     session.spawn_instance().await?;
     invoke(&session, &first, 0).await?;
@@ -479,12 +432,11 @@ async fn run_variant(
 /// A `GET` of a route neither function has: the router's 404, which comes before the kill
 /// switch and the limits, so no DynamoDB call.
 fn not_found() -> Scenario {
-    Scenario {
-        name: "`GET /nope` (404)",
-        expect: 404,
-        replayed: false,
-        event: Arc::new(|_| HttpEvent::get("/nope")),
-    }
+    Scenario::new(
+        "`GET /nope` (404)",
+        404,
+        Arc::new(|_| HttpEvent::get("/nope")),
+    )
 }
 
 /// Sends request `i` of `scenario`, checks the answer, and returns its latency (ms).

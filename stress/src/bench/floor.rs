@@ -6,9 +6,7 @@
 
 use std::time::{Instant, SystemTime};
 
-use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use serde::Serialize;
 use tollgate::config::Env;
 use tollgate_functions::serve::GuardedFunction as _;
@@ -16,11 +14,12 @@ use tollgate_tests::capacity::CapacityMeter;
 use tollgate_tests::counting::{RequestCounter, WireClock};
 use tollgate_tests::dynamo::{self, Tables};
 use tollgate_tests::events::HttpEvent;
+use transfer::domain::TransferRequest;
 use transfer::App;
 
 use super::blocks::{schedule, Blocks, ByOrder, Phase, PhaseFigures, Which};
 use super::stats::{ms, quantile};
-use super::transfer_app::{self, MAX_BALANCE};
+use super::transfer_app;
 use super::{BenchError, WARMUP};
 
 /// The goal: the guarded median at most this many times the bare one.
@@ -221,9 +220,9 @@ struct Sides {
     bare: Meters,
     client_id: String,
     authorization: String,
-    from: String,
-    to: String,
     body: String,
+    /// The body as the function parses it, and its fingerprint.
+    request: TransferRequest,
     fingerprint: String,
 }
 
@@ -240,7 +239,7 @@ impl Sides {
         let to = transfer_app::account(&app, &client_id, 0).await?;
         let body =
             serde_json::json!({"from": from, "to": to, "amount": AMOUNT, "memo": MEMO}).to_string();
-        let fingerprint = transfer_app::body_fingerprint(&body)?;
+        let (request, fingerprint) = transfer_app::parse(&body)?;
         let (bare_ddb, bare_counter, bare_meter, bare_wire) = dynamo::metered_clocked_client();
         Ok(Self {
             app,
@@ -249,9 +248,8 @@ impl Sides {
             bare: (bare_counter, bare_meter, bare_wire),
             client_id,
             authorization: format!("Bearer {token}"),
-            from,
-            to,
             body,
+            request,
             fingerprint,
         })
     }
@@ -294,85 +292,16 @@ impl Sides {
         timed(&self.bare, n, |i| format!("bare-{tag}-{i}"), send, what).await
     }
 
-    /// The ledger's four items for a transfer of [`AMOUNT`] under `key`, as
-    /// `functions/transfer/src/ledger/transaction.rs` builds them (it exports no builder).
+    /// The ledger's four items for the transfer under `key`: the idempotency record's `Put` as
+    /// the ledger's transaction carries it, then the ledger's own debit, credit and record.
     fn items(&self, key: &str, transfer_id: &str) -> Result<Vec<TransactWriteItem>, BenchError> {
-        let (accounts, transfers) = (
-            &self.app.settings.accounts_table,
-            &self.app.settings.transfers_table,
-        );
-        let currency = "JPY";
         let created_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-        let stored = transfer_app::stored_created(
-            transfer_id,
-            &self.from,
-            &self.to,
-            AMOUNT,
-            MEMO,
-            &created_at,
-        );
-        let (record_put, idempotency_pk) =
+        let transfer = transfer_app::transfer(transfer_id, &self.request, created_at);
+        let stored = transfer_app::stored_created(&transfer);
+        let (record_put, scope) =
             transfer_app::record_put(&self.app, &self.client_id, key, &self.fingerprint, &stored)?;
-        let incomplete = |what: &str, e: aws_sdk_dynamodb::error::BuildError| {
-            BenchError::Setup(format!("the bare {what}: {e}"))
-        };
-        let amount = AttributeValue::N(AMOUNT.to_string());
-        let s = |v: &str| AttributeValue::S(v.to_string());
-        let debit = Update::builder()
-            .table_name(accounts)
-            .key("pk", s(&self.from))
-            .update_expression("SET #balance = #balance - :amount")
-            .condition_expression(
-                "attribute_exists(#pk) AND #owner = :client AND #currency = :currency AND #balance >= :amount",
-            )
-            .expression_attribute_names("#pk", "pk")
-            .expression_attribute_names("#balance", "balance")
-            .expression_attribute_names("#owner", "client_id")
-            .expression_attribute_names("#currency", "currency")
-            .expression_attribute_values(":amount", amount.clone())
-            .expression_attribute_values(":client", s(&self.client_id))
-            .expression_attribute_values(":currency", s(currency))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|e| incomplete("debit", e))?;
-        let credit = Update::builder()
-            .table_name(accounts)
-            .key("pk", s(&self.to))
-            .update_expression("SET #balance = #balance + :amount")
-            .condition_expression(
-                "attribute_exists(#pk) AND #currency = :currency AND #balance <= :ceiling",
-            )
-            .expression_attribute_names("#pk", "pk")
-            .expression_attribute_names("#balance", "balance")
-            .expression_attribute_names("#currency", "currency")
-            .expression_attribute_values(":amount", amount)
-            .expression_attribute_values(
-                ":ceiling",
-                AttributeValue::N((MAX_BALANCE - AMOUNT).to_string()),
-            )
-            .expression_attribute_values(":currency", s(currency))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|e| incomplete("credit", e))?;
-        let record = Put::builder()
-            .table_name(transfers)
-            .item("pk", s(transfer_id))
-            .item("client_id", s(&self.client_id))
-            .item("from", s(&self.from))
-            .item("to", s(&self.to))
-            .item("amount", AttributeValue::N(AMOUNT.to_string()))
-            .item("currency", s(currency))
-            .item("created_at", s(&created_at))
-            .item("idempotency_pk", AttributeValue::S(idempotency_pk))
-            .item("memo", s(MEMO))
-            .condition_expression("attribute_not_exists(pk)")
-            .build()
-            .map_err(|e| incomplete("transfer record", e))?;
-        Ok(vec![
-            record_put,
-            TransactWriteItem::builder().update(debit).build(),
-            TransactWriteItem::builder().update(credit).build(),
-            TransactWriteItem::builder().put(record).build(),
-        ])
+        let ledger = &self.app.ledger;
+        let effect = ledger.transaction(&self.client_id, &scope, &self.request, "JPY", &transfer);
+        Ok([vec![record_put], effect].concat())
     }
 }

@@ -1,8 +1,8 @@
 //! Every use the bench makes of the transfer function's `App` and of its ledger, in one place:
 //! building it from an environment, seeding a client and accounts, the two calls that are
 //! measured (the ledger's transfer after parsing, for part 1; the function's whole request
-//! path, for the floor), and what the bare transaction borrows from it (its tables and its
-//! idempotency store's record layout). When the function's API changes, this file follows it
+//! path, for the floor), and what the bare transaction borrows from it (the idempotency
+//! record's `Put`, the 201 it stores, the ledger's own items). When the function's API changes, this file follows it
 //! and the parts that measure do not.
 
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use tollgate::config::Env;
 use tollgate::idempotency::{fingerprint, IdempotencyKey, Scope, StoredResponse};
 use tollgate_functions::serve::GuardedFunction;
 use transfer::domain::TransferRequest;
+use transfer::ledger::Transfer;
 use transfer::App;
 
 use super::BenchError;
@@ -70,16 +71,17 @@ pub async fn ledger_transfer(app: &App, client_id: &str, key: &str, body: &str) 
     }
 }
 
-/// The fingerprint the function computes for `body`.
-pub fn body_fingerprint(body: &str) -> Result<String, BenchError> {
+/// `body` as the function parses it, and the fingerprint it computes.
+pub fn parse(body: &str) -> Result<(TransferRequest, String), BenchError> {
     let req = TransferRequest::parse(body.as_bytes(), u64::MAX)
         .map_err(|e| BenchError::Setup(format!("the bench's transfer body: {e:?}")))?;
-    Ok(fingerprint(&req.canonical))
+    let fp = fingerprint(&req.canonical);
+    Ok((req, fp))
 }
 
 /// The idempotency record's `Put` exactly as the ledger's transaction carries it (the
 /// library's record layout and claim condition), for `key` of `client_id`, storing `response`,
-/// expiring after the store's TTL; with the record's `pk`, which the transfer record points
+/// expiring after the store's TTL; with the key's scope, whose `pk` the transfer record points
 /// back to.
 pub fn record_put(
     app: &App,
@@ -87,37 +89,32 @@ pub fn record_put(
     key: &str,
     fingerprint: &str,
     response: &StoredResponse,
-) -> Result<(TransactWriteItem, String), BenchError> {
+) -> Result<(TransactWriteItem, Scope), BenchError> {
     let key = IdempotencyKey::parse(Some(key.as_bytes()))
         .map_err(|e| BenchError::Setup(format!("an idempotency key: {e:?}")))?;
     let scope = Scope::new(client_id, ROUTE, &key);
     let store = app.ledger.idempotency();
     let put = store.completed_put(&scope, fingerprint, response, store.expires_at());
-    Ok((put, scope.pk().to_string()))
+    Ok((put, scope))
 }
 
-/// The highest balance the ledger lets an account reach (the credit's ceiling).
-pub const MAX_BALANCE: u64 = transfer::ledger::MAX_BALANCE;
-
-/// The 201 the ledger stores for a transfer (its JSON body and `Location`), as stored.
-pub fn stored_created(
-    transfer_id: &str,
-    from: &str,
-    to: &str,
-    amount: u64,
-    memo: &str,
-    created_at: &str,
-) -> StoredResponse {
-    let transfer = transfer::ledger::Transfer {
+/// The transfer the ledger records for `req` under `transfer_id`.
+pub fn transfer(transfer_id: &str, req: &TransferRequest, created_at: String) -> Transfer {
+    Transfer {
         transfer_id: transfer_id.to_string(),
-        from: from.to_string(),
-        to: to.to_string(),
-        amount,
-        memo: Some(memo.to_string()),
-        created_at: created_at.to_string(),
-    };
-    let mut created = tollgate::http::json_response(http::StatusCode::CREATED, &transfer);
-    if let Ok(location) = http::HeaderValue::from_str(&format!("/transfers/{transfer_id}")) {
+        from: req.from.to_string(),
+        to: req.to.to_string(),
+        amount: req.amount.get(),
+        memo: req.memo.clone(),
+        created_at,
+    }
+}
+
+/// The 201 the ledger stores for `transfer` (its JSON body and `Location`), as stored.
+pub fn stored_created(transfer: &Transfer) -> StoredResponse {
+    let mut created = tollgate::http::json_response(http::StatusCode::CREATED, transfer);
+    let location = format!("/transfers/{}", transfer.transfer_id);
+    if let Ok(location) = http::HeaderValue::from_str(&location) {
         created
             .headers_mut()
             .insert(http::header::LOCATION, location);

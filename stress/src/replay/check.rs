@@ -64,6 +64,8 @@ pub struct Inputs<'a> {
     pub client_limit: (u32, u64),
 }
 
+/// What the reconciliation found; the report shows it as it is.
+#[derive(serde::Serialize)]
 pub struct Findings {
     pub checks: Vec<Check>,
     pub unknown: usize,

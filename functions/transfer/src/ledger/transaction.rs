@@ -161,8 +161,9 @@ impl Ledger {
         Ok(outcome.into_response())
     }
 
-    /// The transfer's items after the key's record: debit, credit, transfer record.
-    fn transaction(
+    /// The transfer's items after the key's record: debit, credit, transfer record. Public for
+    /// the bench (`stress/src/bench/floor.rs`), whose bare side sends exactly these items.
+    pub fn transaction(
         &self,
         client_id: &str,
         scope: &Scope,
