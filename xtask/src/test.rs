@@ -14,12 +14,12 @@ use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::dynamodb_local::{self, Storage};
 use crate::setup::{Need, Tools};
 use crate::util::{self, bail, info, step, CmdExt, Result};
-use crate::{browser, dev, package, setup, signal, stress};
+use crate::{browser, dev, package, processes, setup, signal, stress};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -183,8 +183,9 @@ fn workspace_tests(tools: &Tools, args: &[String]) -> Result {
 }
 
 /// `cargo xtask <name> <args>` as a child of its own, its output (the build's, the harness's
-/// progress and report) written to `log`; Err when it fails.
-fn beside(name: &str, args: &[&str], log: &Path) -> Result {
+/// progress and report) written to `log`; Err when it fails. A process tree
+/// ([`processes::spawn`]): Ctrl-C, or xtask dying, stops it and everything it started.
+fn beside(name: &'static str, args: &[&str], log: &Path) -> Result {
     step(&format!(
         "{name}: started beside e2e and browser, output in {}",
         log.display()
@@ -193,7 +194,14 @@ fn beside(name: &str, args: &[&str], log: &Path) -> Result {
     let out = fs::File::create(log)?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg(name).args(args).stdin(Stdio::null());
-    cmd.stdout(out.try_clone()?).stderr(out).run()
+    cmd.stdout(out.try_clone()?).stderr(out);
+    let mut tree = processes::spawn(name, &mut cmd)?;
+    let hour = Instant::now() + Duration::from_secs(3600);
+    match util::poll(hour, Duration::from_millis(200), || tree.try_wait())? {
+        Some(status) if status.success() => Ok(()),
+        Some(status) => bail!("`{}` failed ({status})", cmd.display()),
+        None => bail!("`{}` still ran after an hour", cmd.display()),
+    }
 }
 
 /// Whether cargo's own arguments (those before a `--`) name a package: `-p X`, `-pX`,
