@@ -119,7 +119,9 @@ pub fn run(args: Args) -> Result {
     // after theirs, so neither is cut into the other. The drills then run alone: their boundary
     // bursts time requests to a fraction of a 5 s window, which they miss on a busy machine (run
     // beside the other three, a burst's requests were answered late and the drill failed).
-    let replay_log = util::cache_dir()?.join("logs/test-replay.out");
+    let logs = util::cache_dir()?.join("logs");
+    fs::create_dir_all(&logs)?;
+    let replay_log = logs.join("test-replay.out");
     let _ = fs::remove_file(&replay_log);
     std::thread::scope(|scope| {
         scope.spawn(|| {
@@ -190,7 +192,6 @@ fn beside(name: &'static str, args: &[&str], log: &Path) -> Result {
         "{name}: started beside e2e and browser, output in {}",
         log.display()
     ));
-    fs::create_dir_all(log.parent().unwrap_or(log))?;
     let out = fs::File::create(log)?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg(name).args(args).stdin(Stdio::null());
